@@ -1,0 +1,3 @@
+module gmig
+
+go 1.26
