@@ -1,0 +1,68 @@
+package engine
+
+import (
+	"gmig/gtt"
+)
+
+// Resolver translates a graphics-address range into host backing extents
+// through the shadow GTT. write asks for writable pages. Any error is a page
+// fault for the command that asked.
+type Resolver interface {
+	Resolve(ga, n uint64, write bool) ([]gtt.Extent, error)
+}
+
+// GuestMemory is DMA access to guest RAM by guest-physical address. Any error
+// is a DMA fault for the command that asked.
+type GuestMemory interface {
+	ReadAt(p []byte, gpa uint64) error
+	WriteAt(p []byte, gpa uint64) error
+}
+
+// Backend executes memory operations and kernels on host backing memory.
+// Extents are byte ranges of the host pool. The software back end runs them
+// in Go on the pool's mapping; a GPU back end runs them on device memory.
+// Calls come from the engine goroutine only.
+type Backend interface {
+	// Name identifies the back end in logs and reports ("software", "nvidia").
+	Name() string
+	// Copy moves gtt.TotalLen(src) bytes; dst has the same total. Overlap
+	// behaves as memmove in graphics-address order.
+	Copy(dst, src []gtt.Extent) error
+	// Fill writes pattern (little-endian) repeatedly; lengths are multiples of 4.
+	Fill(dst []gtt.Extent, pattern uint32) error
+	// Write copies src into dst (DMA into graphics memory).
+	Write(dst []gtt.Extent, src []byte) error
+	// Read copies src into dst (DMA out of graphics memory, ring fetch).
+	Read(dst []byte, src []gtt.Extent) error
+	// Saxpy computes y[i] = float32(float32(a*x[i]) + y[i]) for n float32s.
+	Saxpy(n uint64, a float32, x, y []gtt.Extent) error
+	// Stencil writes one 5-point Jacobi step of the w x h float32 grid in
+	// into out (docs/device-abi.md §7.2).
+	Stencil(w, h uint32, in, out []gtt.Extent) error
+	// Render rewrites the w x h RGBA8 framebuffer fb for frame
+	// (docs/device-abi.md §7.3).
+	Render(w, h uint32, frame uint64, fb []gtt.Extent) error
+	// Sync returns when all work issued so far has finished.
+	Sync() error
+}
+
+// Fault describes a command that failed (docs/device-abi.md §4).
+type Fault struct {
+	Code       uint32 // one abi.Err* bit
+	RingOffset uint32 // ring offset of the failed command
+	Opcode     uint16 // its opcode (0 if the header itself was bad)
+	Err        error  // what went wrong, for logs
+}
+
+// Events is how the engine reports to its device. Calls come from the engine
+// goroutine; implementations must not call back into the engine.
+type Events interface {
+	// FenceCompleted is called when a FENCE retires; interrupt says whether
+	// the command asked for an interrupt.
+	FenceCompleted(value uint64, interrupt bool)
+	// Faulted is called for each failed command.
+	Faulted(f Fault)
+	// Wrote is called after a command wrote graphics memory, with the host
+	// extents it wrote (exact dirty tracking).
+	Wrote(xs []gtt.Extent)
+}
