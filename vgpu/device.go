@@ -1,0 +1,132 @@
+package vgpu
+
+import (
+	"fmt"
+
+	"golang.org/x/sys/unix"
+
+	"gmig/abi"
+	"gmig/vfio"
+)
+
+// configSpaceSize is the size of the PCI config region: a conventional
+// (non-express) function has 256 bytes.
+const configSpaceSize = 256
+
+// Info implements vfio.Device.
+func (v *VGPU) Info() vfio.DeviceInfo {
+	return vfio.DeviceInfo{
+		Flags:      vfio.DeviceFlagReset | vfio.DeviceFlagPCI,
+		NumRegions: vfio.PCINumRegions,
+		NumIRQs:    vfio.PCINumIRQs,
+	}
+}
+
+// RegionInfo implements vfio.Device: BAR0 (trapped), BAR2 (the aperture,
+// mmap-able from the pool's memfd at the partition's offset), config space;
+// every other region is absent.
+func (v *VGPU) RegionInfo(index uint32) (vfio.RegionInfo, error) {
+	rw := uint32(vfio.RegionFlagRead | vfio.RegionFlagWrite)
+	switch {
+	case index == abi.BARRegs:
+		return vfio.RegionInfo{Flags: rw, Size: abi.BAR0Size}, nil
+	case index == abi.BARAperture:
+		return vfio.RegionInfo{
+			Flags:  rw | vfio.RegionFlagMmap,
+			Size:   v.cfg.MemSize,
+			File:   v.pool.File(),
+			Offset: v.part.Offset,
+		}, nil
+	case index == vfio.PCIConfigRegionIndex:
+		return vfio.RegionInfo{Flags: rw, Size: configSpaceSize}, nil
+	case index < vfio.PCINumRegions:
+		return vfio.RegionInfo{}, nil
+	}
+	return vfio.RegionInfo{}, fmt.Errorf("vgpu: region %d: %w", index, unix.EINVAL)
+}
+
+// IRQInfo implements vfio.Device: one INTx line and one MSI vector.
+func (v *VGPU) IRQInfo(index uint32) (vfio.IRQInfo, error) {
+	switch {
+	case index == vfio.PCIINTxIRQIndex:
+		return vfio.IRQInfo{
+			Flags: vfio.IRQInfoFlagEventfd | vfio.IRQInfoFlagMaskable | vfio.IRQInfoFlagAutomasked,
+			Count: 1,
+		}, nil
+	case index == vfio.PCIMSIIRQIndex:
+		return vfio.IRQInfo{Flags: vfio.IRQInfoFlagEventfd | vfio.IRQInfoFlagNoResize, Count: 1}, nil
+	case index < vfio.PCINumIRQs:
+		return vfio.IRQInfo{Flags: vfio.IRQInfoFlagEventfd}, nil
+	}
+	return vfio.IRQInfo{}, fmt.Errorf("vgpu: irq index %d: %w", index, unix.EINVAL)
+}
+
+// ReadRegion implements vfio.Device.
+func (v *VGPU) ReadRegion(index uint32, off uint64, p []byte) error {
+	switch index {
+	case abi.BARRegs:
+		if err := checkRange(off, len(p), abi.BAR0Size); err != nil {
+			return err
+		}
+		return v.regs.Read(off, p)
+	case abi.BARAperture:
+		if err := checkRange(off, len(p), v.cfg.MemSize); err != nil {
+			return err
+		}
+		copy(p, v.Memory()[off:])
+		return nil
+	case vfio.PCIConfigRegionIndex:
+		if err := checkRange(off, len(p), configSpaceSize); err != nil {
+			return err
+		}
+		return v.pci.Read(off, p)
+	}
+	return fmt.Errorf("vgpu: read of region %d: %w", index, unix.EINVAL)
+}
+
+// WriteRegion implements vfio.Device. Config writes are applied to the
+// emulated config space (which records them for replay after migration),
+// then the interrupt line is re-evaluated since MSI or INTx-disable may have
+// changed.
+func (v *VGPU) WriteRegion(index uint32, off uint64, p []byte) error {
+	switch index {
+	case abi.BARRegs:
+		if err := checkRange(off, len(p), abi.BAR0Size); err != nil {
+			return err
+		}
+		return v.regs.Write(off, p)
+	case abi.BARAperture:
+		if err := checkRange(off, len(p), v.cfg.MemSize); err != nil {
+			return err
+		}
+		copy(v.Memory()[off:], p)
+		return nil
+	case vfio.PCIConfigRegionIndex:
+		if err := checkRange(off, len(p), configSpaceSize); err != nil {
+			return err
+		}
+		if err := v.pci.Write(off, p); err != nil {
+			return err
+		}
+		v.regs.Renotify()
+		return nil
+	}
+	return fmt.Errorf("vgpu: write to region %d: %w", index, unix.EINVAL)
+}
+
+// Reset implements vfio.Device: a function-level reset, which also returns
+// config space to its power-on state.
+func (v *VGPU) Reset() error {
+	v.reset()
+	v.pci.Reset()
+	v.regs.Renotify()
+	v.log.Info().Msg("vgpu reset by client")
+	return nil
+}
+
+func checkRange(off uint64, n int, size uint64) error {
+	if n == 0 || off >= size || uint64(n) > size-off {
+		return fmt.Errorf("vgpu: access of %d bytes at %#x outside region of %#x bytes: %w", n, off, size, unix.EINVAL)
+	}
+	return nil
+}

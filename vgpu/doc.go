@@ -1,0 +1,15 @@
+// Package vgpu is one mediated virtual GPU: the device that gmigd serves to
+// QEMU over vfio-user (docs/device-abi.md). It composes a partition of the
+// host pool (graphics memory, exposed as the aperture BAR), the emulated PCI
+// config space, the BAR0 register file, the GTT and the command engine, and
+// implements vfio.Device for the vfio-user server.
+//
+// The device's whole non-memory state is one value, State, with Save and
+// Restore; reset, tests and migration share it. Graphics memory is the
+// partition's bytes and travels separately.
+//
+// Goroutines: the vfio server's request goroutine calls the Device methods;
+// the engine's goroutine executes commands and reports through Events.
+// Lock order: mmio.RegisterFile → pci.Config → vfio.IRQTable; the vGPU's own
+// mutex (lifecycle) is taken before any of them and never from the engine.
+package vgpu

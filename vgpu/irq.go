@@ -1,0 +1,41 @@
+package vgpu
+
+import (
+	"gmig/abi"
+	"gmig/engine"
+	"gmig/gtt"
+)
+
+// deliver turns the register file's pending interrupt causes into a signal:
+// one MSI message per rising edge when the guest enabled MSI, otherwise the
+// INTx level (gated by the command register's INTx-disable bit).
+// Called with the register file locked (see the package's lock order).
+func (v *VGPU) deliver(pending, rising uint32) {
+	if v.pci.MSIEnabled() {
+		v.irqs.SetINTx(false)
+		if rising != 0 {
+			v.irqs.SignalMSI(0)
+		}
+		return
+	}
+	v.irqs.SetINTx(pending != 0 && !v.pci.INTxDisabled())
+}
+
+// events adapts the vGPU to engine.Events.
+type events struct{ v *VGPU }
+
+func (e events) FenceCompleted(_ uint64, interrupt bool) {
+	e.v.fences.Add(1)
+	if interrupt {
+		e.v.regs.Raise(abi.IntFence)
+	}
+}
+
+func (e events) Faulted(f engine.Fault) {
+	e.v.faults.Add(1)
+	e.v.regs.Fault(f)
+}
+
+func (e events) Wrote(xs []gtt.Extent) {
+	e.v.written.Add(gtt.TotalLen(xs))
+}

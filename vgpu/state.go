@@ -1,0 +1,126 @@
+package vgpu
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/rs/zerolog"
+
+	"gmig/engine"
+	"gmig/gtt"
+	"gmig/mmio"
+	"gmig/pci"
+	"gmig/pool"
+)
+
+// StateVersion is the version of State; a changed layout gets a new number
+// and a new type, and Restore refuses versions it does not know.
+const StateVersion = 1
+
+// State is a vGPU's whole non-memory state as plain data: no fds, no memory,
+// no host offsets. Graphics memory is the partition's bytes and travels
+// separately.
+type State struct {
+	Version    uint32
+	MemSize    uint64
+	GTTEntries uint32
+	PCI        pci.State
+	Regs       mmio.State
+	GTT        gtt.State
+	Engine     engine.State
+}
+
+// ErrState reports a State that cannot be restored here.
+var ErrState = errors.New("vgpu: unusable state")
+
+// Quiesce stops the engine taking doorbells and waits for the command in
+// flight to finish. Doorbells that arrive meanwhile are recorded.
+func (v *VGPU) Quiesce() { v.eng.Quiesce() }
+
+// Resume lets the engine continue with any recorded work.
+func (v *VGPU) Resume() { v.eng.Resume() }
+
+// Save returns the vGPU's state. The vGPU must be quiesced.
+func (v *VGPU) Save() (State, error) {
+	es, err := v.eng.Save()
+	if err != nil {
+		return State{}, fmt.Errorf("vgpu %s: saving engine: %w", v.cfg.Name, err)
+	}
+	return State{
+		Version:    StateVersion,
+		MemSize:    v.cfg.MemSize,
+		GTTEntries: v.cfg.GTTEntries,
+		PCI:        v.pci.Save(),
+		Regs:       v.regs.Save(),
+		GTT:        v.gtt.Save(),
+		Engine:     es,
+	}, nil
+}
+
+// RestoreArgs are the live resources a restored vGPU is built on.
+type RestoreArgs struct {
+	Config Config // name and hooks; sizes must match the state's (or be zero)
+	Pool   *pool.Pool
+	Log    zerolog.Logger
+}
+
+// Restore creates a vGPU in a fresh partition of args.Pool and gives it s.
+// The new vGPU starts quiesced; call Resume once its graphics memory has
+// been filled in.
+func Restore(args RestoreArgs, s State) (*VGPU, error) {
+	cfg := args.Config
+	if (cfg.MemSize != 0 && cfg.MemSize != s.MemSize) || (cfg.GTTEntries != 0 && cfg.GTTEntries != s.GTTEntries) {
+		return nil, fmt.Errorf("%w: config (%d bytes, %d entries) differs from state (%d bytes, %d entries)",
+			ErrState, cfg.MemSize, cfg.GTTEntries, s.MemSize, s.GTTEntries)
+	}
+	cfg.MemSize, cfg.GTTEntries = s.MemSize, s.GTTEntries
+	v, err := New(cfg, args.Pool, args.Log)
+	if err != nil {
+		return nil, err
+	}
+	v.Quiesce()
+	if err := v.Restore(s); err != nil {
+		_ = v.Close()
+		return nil, err
+	}
+	return v, nil
+}
+
+// Restore replaces this vGPU's state with s. The vGPU must be quiesced; it
+// stays quiesced. A state that does not fit is refused and nothing changes.
+func (v *VGPU) Restore(s State) error {
+	switch {
+	case s.Version != StateVersion:
+		return fmt.Errorf("%w: version %d, want %d", ErrState, s.Version, StateVersion)
+	case s.MemSize != v.cfg.MemSize || s.GTTEntries != v.cfg.GTTEntries:
+		return fmt.Errorf("%w: state for %d bytes and %d GTT entries, vGPU has %d and %d",
+			ErrState, s.MemSize, s.GTTEntries, v.cfg.MemSize, v.cfg.GTTEntries)
+	}
+	// Check every part before changing any.
+	oldGTT := v.gtt.Save()
+	if err := v.gtt.Restore(s.GTT); err != nil {
+		return fmt.Errorf("%w: GTT: %v", ErrState, err)
+	}
+	oldPCI := v.pci.Save()
+	if err := v.pci.Restore(s.PCI); err != nil {
+		_ = v.gtt.Restore(oldGTT)
+		return fmt.Errorf("%w: config space: %v", ErrState, err)
+	}
+	if err := v.eng.Restore(s.Engine); err != nil {
+		_ = v.gtt.Restore(oldGTT)
+		_ = v.pci.Restore(oldPCI)
+		return fmt.Errorf("%w: engine: %v", ErrState, err)
+	}
+	v.regs.Restore(s.Regs)
+	v.log.Info().Uint64("pool_offset", v.part.Offset).Msg("vgpu state restored")
+	return nil
+}
+
+// reset is the device reset of docs/device-abi.md §3: registers, GTT and
+// engine state return to power-on values; graphics memory and config space
+// are kept.
+func (v *VGPU) reset() {
+	v.eng.Reset()
+	v.gtt.Reset()
+	v.regs.Reset()
+}

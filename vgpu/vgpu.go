@@ -1,0 +1,220 @@
+package vgpu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"gmig/abi"
+	"gmig/engine"
+	"gmig/gtt"
+	"gmig/mmio"
+	"gmig/pci"
+	"gmig/pool"
+	"gmig/vfio"
+)
+
+// Defaults for Config fields left zero.
+const (
+	DefaultMemSize = 64 << 20
+	MinMemSize     = 1 << 20
+)
+
+// Config names and sizes a vGPU.
+type Config struct {
+	Name       string // for logs and the control API
+	MemSize    uint64 // graphics memory bytes: a power of two ≥ MinMemSize (default DefaultMemSize)
+	GTTEntries uint32 // default abi.GTTMaxEntries
+	// OnHeartbeat, if set, is called with each value the guest writes to
+	// HEARTBEAT and the host time of the write.
+	OnHeartbeat func(value uint64, at time.Time)
+}
+
+// ErrConfig reports an invalid Config.
+var ErrConfig = errors.New("vgpu: invalid config")
+
+func (c Config) withDefaults() (Config, error) {
+	if c.MemSize == 0 {
+		c.MemSize = DefaultMemSize
+	}
+	if c.GTTEntries == 0 {
+		c.GTTEntries = abi.GTTMaxEntries
+	}
+	switch {
+	case c.MemSize < MinMemSize || c.MemSize&(c.MemSize-1) != 0:
+		return c, fmt.Errorf("%w: memory size %d is not a power of two ≥ %d", ErrConfig, c.MemSize, MinMemSize)
+	case c.GTTEntries > abi.GTTMaxEntries:
+		return c, fmt.Errorf("%w: %d GTT entries, at most %d", ErrConfig, c.GTTEntries, abi.GTTMaxEntries)
+	}
+	return c, nil
+}
+
+// Stats counts what the vGPU has done since it was created.
+type Stats struct {
+	Fences       uint64 // fences retired
+	Faults       uint64 // failed commands
+	BytesWritten uint64 // graphics-memory bytes the engine wrote
+	Heartbeats   uint64 // guest heartbeat writes
+}
+
+// VGPU is one mediated virtual GPU.
+type VGPU struct {
+	cfg  Config
+	log  zerolog.Logger
+	pool *pool.Pool
+	part pool.Partition
+
+	pci  *pci.Config
+	regs *mmio.RegisterFile
+	gtt  *gtt.Table
+	eng  *engine.Engine
+	dma  *vfio.DMATable
+	irqs *vfio.IRQTable
+
+	fences, faults, written, beats atomic.Uint64
+
+	closeOnce sync.Once
+}
+
+// New creates a vGPU in a fresh partition of p, in its power-on state.
+func New(cfg Config, p *pool.Pool, log zerolog.Logger) (*VGPU, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	part, err := p.Alloc(cfg.MemSize)
+	if err != nil {
+		return nil, fmt.Errorf("vgpu %s: allocating %d bytes of graphics memory: %w", cfg.Name, cfg.MemSize, err)
+	}
+	v, err := build(cfg, p, part, log)
+	if err != nil {
+		_ = p.Free(part)
+		return nil, err
+	}
+	v.log.Info().Uint64("mem_size", cfg.MemSize).Uint64("pool_offset", part.Offset).
+		Uint32("gtt_entries", cfg.GTTEntries).Msg("vgpu created")
+	return v, nil
+}
+
+// build wires the parts of a vGPU around an allocated partition.
+func build(cfg Config, p *pool.Pool, part pool.Partition, log zerolog.Logger) (*VGPU, error) {
+	v := &VGPU{
+		cfg:  cfg,
+		log:  log.With().Str("vgpu", cfg.Name).Logger(),
+		pool: p,
+		part: part,
+		dma:  vfio.NewDMATable(),
+		irqs: vfio.NewIRQTable(),
+	}
+	var err error
+	if v.pci, err = pci.New(identity, bars(cfg.MemSize), true); err != nil {
+		return nil, fmt.Errorf("vgpu %s: config space: %w", cfg.Name, err)
+	}
+	if v.gtt, err = gtt.New(cfg.GTTEntries, part.Offset, part.Pages()); err != nil {
+		return nil, fmt.Errorf("vgpu %s: GTT: %w", cfg.Name, err)
+	}
+	v.eng = engine.New(engine.Config{
+		Backend: engine.NewSoftware(p.Mem()),
+		GTT:     v.gtt,
+		RAM:     v.dma,
+		Events:  events{v},
+		Log:     v.log,
+	})
+	v.regs = mmio.New(mmio.Config{
+		MemSize:   cfg.MemSize,
+		Engine:    v.eng,
+		GTT:       v.gtt,
+		Notify:    v.deliver,
+		Reset:     func() { v.reset() },
+		Heartbeat: v.heartbeat,
+	})
+	v.eng.Start()
+	return v, nil
+}
+
+// identity is the PCI identity of every gmig vGPU (docs/device-abi.md §2).
+var identity = pci.Identity{
+	VendorID:     abi.PCIVendorID,
+	DeviceID:     abi.PCIDeviceID,
+	SubVendorID:  abi.PCISubVendorID,
+	SubDeviceID:  abi.PCISubDeviceID,
+	Revision:     abi.PCIRevision,
+	ClassCode:    abi.PCIClassCode,
+	InterruptPin: abi.PCIInterruptPin,
+}
+
+func bars(memSize uint64) [6]pci.BAR {
+	var b [6]pci.BAR
+	b[abi.BARRegs] = pci.BAR{Size: abi.BAR0Size}
+	b[abi.BARAperture] = pci.BAR{Size: memSize, Mem64: true, Prefetchable: true}
+	return b
+}
+
+// Name returns the vGPU's name.
+func (v *VGPU) Name() string { return v.cfg.Name }
+
+// Config returns the vGPU's configuration, defaults applied.
+func (v *VGPU) Config() Config { return v.cfg }
+
+// Partition returns where the vGPU's graphics memory lives in the pool.
+func (v *VGPU) Partition() pool.Partition { return v.part }
+
+// Memory returns the vGPU's graphics memory (aperture page p at p*4096).
+func (v *VGPU) Memory() []byte {
+	return v.pool.Mem()[v.part.Offset : v.part.Offset+v.part.Size]
+}
+
+// Stats returns the vGPU's counters.
+func (v *VGPU) Stats() Stats {
+	return Stats{
+		Fences:       v.fences.Load(),
+		Faults:       v.faults.Load(),
+		BytesWritten: v.written.Load(),
+		Heartbeats:   v.beats.Load(),
+	}
+}
+
+// Engine returns the vGPU's engine, for quiescing and inspection.
+func (v *VGPU) Engine() *engine.Engine { return v.eng }
+
+// Serve runs the vfio-user server for this vGPU on l until ctx is
+// cancelled. One client is served at a time; a client that goes away leaves
+// the device as it was for the next.
+func (v *VGPU) Serve(ctx context.Context, l *net.UnixListener) error {
+	srv := vfio.NewServer(vfio.ServerConfig{
+		Device: v,
+		DMA:    v.dma,
+		IRQs:   v.irqs,
+		Log:    v.log,
+	})
+	return srv.Serve(ctx, l)
+}
+
+// Close stops the engine, drops DMA mappings and interrupts, and returns the
+// partition to the pool (which zeroes it). The vGPU is unusable afterwards.
+func (v *VGPU) Close() error {
+	var err error
+	v.closeOnce.Do(func() {
+		v.eng.Close()
+		v.dma.UnmapAll()
+		v.irqs.Close()
+		if ferr := v.pool.Free(v.part); ferr != nil {
+			err = fmt.Errorf("vgpu %s: freeing partition: %w", v.cfg.Name, ferr)
+		}
+		v.log.Info().Msg("vgpu closed")
+	})
+	return err
+}
+
+func (v *VGPU) heartbeat(value uint64) {
+	v.beats.Add(1)
+	if v.cfg.OnHeartbeat != nil {
+		v.cfg.OnHeartbeat(value, time.Now())
+	}
+}
