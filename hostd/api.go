@@ -1,0 +1,183 @@
+package hostd
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+
+	"gmig/vgpu"
+)
+
+// The control API (docs/operator-guide.md): JSON over HTTP on a UNIX socket.
+//
+//	GET    /v1/vgpus          list
+//	POST   /v1/vgpus          create   {"name": "...", "mem_size": N, "gtt_entries": N}
+//	GET    /v1/vgpus/{name}   describe
+//	DELETE /v1/vgpus/{name}   destroy
+//
+// Errors are {"error": "..."} with 400 (bad request), 404, 409 or 500.
+
+// CreateRequest is the body of POST /v1/vgpus.
+type CreateRequest struct {
+	Name       string `json:"name"`
+	MemSize    uint64 `json:"mem_size,omitempty"`
+	GTTEntries uint32 `json:"gtt_entries,omitempty"`
+}
+
+// maxRequestBody bounds what the API reads from a request.
+const maxRequestBody = 1 << 16
+
+// Handler returns the control API's HTTP handler.
+func (h *Host) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/vgpus", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, h.List())
+	})
+	mux.HandleFunc("POST /v1/vgpus", func(w http.ResponseWriter, r *http.Request) {
+		var req CreateRequest
+		dec := json.NewDecoder(io.LimitReader(r.Body, maxRequestBody))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			writeError(w, fmt.Errorf("%w: %v", errBadRequest, err))
+			return
+		}
+		info, err := h.Create(vgpu.Config{Name: req.Name, MemSize: req.MemSize, GTTEntries: req.GTTEntries})
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusCreated, info)
+	})
+	mux.HandleFunc("GET /v1/vgpus/{name}", func(w http.ResponseWriter, r *http.Request) {
+		info, err := h.Get(r.PathValue("name"))
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, info)
+	})
+	mux.HandleFunc("DELETE /v1/vgpus/{name}", func(w http.ResponseWriter, r *http.Request) {
+		if err := h.Destroy(r.PathValue("name")); err != nil {
+			writeError(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	return mux
+}
+
+var errBadRequest = errors.New("hostd: bad request")
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	code := http.StatusInternalServerError
+	switch {
+	case errors.Is(err, ErrNotFound):
+		code = http.StatusNotFound
+	case errors.Is(err, ErrExists):
+		code = http.StatusConflict
+	case errors.Is(err, ErrName), errors.Is(err, vgpu.ErrConfig), errors.Is(err, errBadRequest):
+		code = http.StatusBadRequest
+	}
+	writeJSON(w, code, map[string]string{"error": err.Error()})
+}
+
+// ServeAPI serves the control API on a UNIX socket at path until ctx ends.
+func (h *Host) ServeAPI(ctx context.Context, path string) error {
+	if err := removeStaleSocket(path); err != nil {
+		return err
+	}
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return fmt.Errorf("hostd: control socket: %w", err)
+	}
+	srv := &http.Server{Handler: h.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	h.log.Info().Str("socket", path).Msg("control API listening")
+	if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("hostd: control API: %w", err)
+	}
+	return nil
+}
+
+// Client talks to a gmigd control socket.
+type Client struct {
+	http *http.Client
+}
+
+// NewClient returns a client for the control socket at path.
+func NewClient(path string) *Client {
+	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", path)
+	}}
+	return &Client{http: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
+}
+
+// List lists the vGPUs.
+func (c *Client) List() ([]Info, error) {
+	var out []Info
+	return out, c.do(http.MethodGet, "/v1/vgpus", nil, &out)
+}
+
+// Create creates a vGPU.
+func (c *Client) Create(req CreateRequest) (Info, error) {
+	var out Info
+	return out, c.do(http.MethodPost, "/v1/vgpus", req, &out)
+}
+
+// Get describes a vGPU.
+func (c *Client) Get(name string) (Info, error) {
+	var out Info
+	return out, c.do(http.MethodGet, "/v1/vgpus/"+name, nil, &out)
+}
+
+// Destroy destroys a vGPU.
+func (c *Client) Destroy(name string) error {
+	return c.do(http.MethodDelete, "/v1/vgpus/"+name, nil, nil)
+}
+
+func (c *Client) do(method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, "http://gmigd"+path, body)
+	if err != nil {
+		return err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("hostd: %s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		var e struct{ Error string }
+		_ = json.NewDecoder(io.LimitReader(resp.Body, maxRequestBody)).Decode(&e)
+		return fmt.Errorf("hostd: %s %s: %s: %s", method, path, resp.Status, e.Error)
+	}
+	if out == nil {
+		return nil
+	}
+	return json.NewDecoder(resp.Body).Decode(out)
+}
