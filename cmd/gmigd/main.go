@@ -1,0 +1,52 @@
+// Command gmigd is the gmig host daemon and its operator CLI.
+//
+//	gmigd serve  [flags]            run the daemon: a pool, vGPUs, vfio-user sockets, control API
+//	gmigd vgpu   create|list|show|rm   manage vGPUs of a running daemon
+//	gmigd guest  [flags]            the built-in guest simulator against a vGPU socket
+//	gmigd demo   [flags]            everything in one process: a host, a vGPU, the simulator, a report
+//
+// See docs/operator-guide.md.
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+const usage = `usage: gmigd <command> [flags]
+
+commands:
+  serve    run the daemon (pool, vGPUs, vfio-user sockets, control API)
+  vgpu     create, list, show or remove vGPUs of a running daemon
+  guest    run the built-in guest simulator against a vGPU's vfio-user socket
+  demo     one host, one vGPU and the simulator in one process, with a report
+
+Run 'gmigd <command> -h' for a command's flags.
+`
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	cmds := map[string]func([]string) error{
+		"serve": cmdServe,
+		"vgpu":  cmdVGPU,
+		"guest": cmdGuest,
+		"demo":  cmdDemo,
+	}
+	name, args := os.Args[1], os.Args[2:]
+	if name == "-h" || name == "--help" || name == "help" {
+		fmt.Print(usage)
+		return
+	}
+	run, ok := cmds[name]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "gmigd: unknown command %q\n\n%s", name, usage)
+		os.Exit(2)
+	}
+	if err := run(args); err != nil {
+		fmt.Fprintf(os.Stderr, "gmigd %s: %v\n", name, err)
+		os.Exit(1)
+	}
+}
