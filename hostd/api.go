@@ -93,15 +93,21 @@ func writeError(w http.ResponseWriter, err error) {
 	writeJSON(w, code, map[string]string{"error": err.Error()})
 }
 
-// ServeAPI serves the control API on a UNIX socket at path until ctx ends.
-func (h *Host) ServeAPI(ctx context.Context, path string) error {
+// ListenAPI opens the control socket at path, replacing a stale one.
+func (h *Host) ListenAPI(path string) (net.Listener, error) {
 	if err := removeStaleSocket(path); err != nil {
-		return err
+		return nil, err
 	}
 	l, err := net.Listen("unix", path)
 	if err != nil {
-		return fmt.Errorf("hostd: control socket: %w", err)
+		return nil, fmt.Errorf("hostd: control socket: %w", err)
 	}
+	h.log.Info().Str("socket", path).Msg("control API listening")
+	return l, nil
+}
+
+// ServeAPI serves the control API on l until ctx ends.
+func (h *Host) ServeAPI(ctx context.Context, l net.Listener) error {
 	srv := &http.Server{Handler: h.Handler(), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		<-ctx.Done()
@@ -109,7 +115,6 @@ func (h *Host) ServeAPI(ctx context.Context, path string) error {
 		defer cancel()
 		_ = srv.Shutdown(sctx)
 	}()
-	h.log.Info().Str("socket", path).Msg("control API listening")
 	if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("hostd: control API: %w", err)
 	}

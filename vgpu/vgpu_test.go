@@ -204,7 +204,7 @@ func TestRestoreRefusesMismatch(t *testing.T) {
 		func(s *State) { s.GTT.Entries = s.GTT.Entries[:3] },
 		func(s *State) {
 			s.GTT.Entries = append([]uint64(nil), s.GTT.Entries...)
-			s.GTT.Entries[5] = 1<<40<<abi.PageShift>>2<<2 | abi.GTTValid
+			s.GTT.Entries[5] = (1<<20)<<abi.PageShift | abi.GTTValid
 		},
 	}
 	for i, corrupt := range bad {

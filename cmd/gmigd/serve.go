@@ -60,7 +60,11 @@ func cmdServe(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	err = h.ServeAPI(ctx, filepath.Join(*runDir, "gmigd.sock"))
+	l, err := h.ListenAPI(filepath.Join(*runDir, "gmigd.sock"))
+	if err != nil {
+		return err
+	}
+	err = h.ServeAPI(ctx, l)
 	if errors.Is(err, context.Canceled) {
 		err = nil
 	}
