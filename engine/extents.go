@@ -1,0 +1,223 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"gmig/gtt"
+)
+
+// ErrBounds is returned by the software back end for an extent that does not
+// lie inside the host pool mapping, or for buffers whose sizes disagree.
+var ErrBounds = errors.New("engine: extent outside host memory")
+
+// checkExtents verifies that every extent lies inside a pool of size bytes
+// and returns their total length.
+func checkExtents(size uint64, xs []gtt.Extent) (uint64, error) {
+	var total uint64
+	for _, x := range xs {
+		end := x.Off + x.Len
+		if end < x.Off || end > size {
+			return 0, fmt.Errorf("%w: [%#x, +%#x) in a pool of %#x bytes", ErrBounds, x.Off, x.Len, size)
+		}
+		total += x.Len
+		if total < x.Len {
+			return 0, fmt.Errorf("%w: extents total more than 2^64 bytes", ErrBounds)
+		}
+	}
+	return total, nil
+}
+
+// aliased reports whether any two non-empty extents of the given lists
+// (within one list or across lists) share a byte of host memory.
+func aliased(lists ...[]gtt.Extent) bool {
+	n := 0
+	for _, l := range lists {
+		n += len(l)
+	}
+	if n < 2 {
+		return false
+	}
+	all := make([]gtt.Extent, 0, n)
+	for _, l := range lists {
+		for _, x := range l {
+			if x.Len > 0 {
+				all = append(all, x)
+			}
+		}
+	}
+	slices.SortFunc(all, cmpOff)
+	for i := 1; i < len(all); i++ {
+		if all[i].Off < all[i-1].Off+all[i-1].Len {
+			return true
+		}
+	}
+	return false
+}
+
+// overlaps reports whether some extent of a shares a byte with some extent
+// of b. Overlap within a or within b alone does not count.
+func overlaps(a, b []gtt.Extent) bool {
+	u := union(a)
+	for _, x := range b {
+		if x.Len == 0 {
+			continue
+		}
+		// First union interval ending after x starts.
+		i, _ := slices.BinarySearchFunc(u, x.Off, func(e gtt.Extent, off uint64) int {
+			if e.Off+e.Len <= off {
+				return -1
+			}
+			return 1
+		})
+		if i < len(u) && u[i].Off < x.Off+x.Len {
+			return true
+		}
+	}
+	return false
+}
+
+// union returns the non-empty extents of xs sorted and merged into disjoint
+// intervals.
+func union(xs []gtt.Extent) []gtt.Extent {
+	u := make([]gtt.Extent, 0, len(xs))
+	for _, x := range xs {
+		if x.Len > 0 {
+			u = append(u, x)
+		}
+	}
+	slices.SortFunc(u, cmpOff)
+	out := u[:0]
+	for _, x := range u {
+		if n := len(out); n > 0 && x.Off <= out[n-1].Off+out[n-1].Len {
+			out[n-1].Len = max(out[n-1].Off+out[n-1].Len, x.Off+x.Len) - out[n-1].Off
+			continue
+		}
+		out = append(out, x)
+	}
+	return out
+}
+
+func cmpOff(a, b gtt.Extent) int {
+	switch {
+	case a.Off < b.Off:
+		return -1
+	case a.Off > b.Off:
+		return 1
+	}
+	return 0
+}
+
+// extentIndex gives random access by byte offset into the run that a list
+// of extents describes.
+type extentIndex struct {
+	xs    []gtt.Extent
+	start []uint64 // start[i]: offset of xs[i] in the run
+}
+
+func newIndex(xs []gtt.Extent) *extentIndex {
+	ix := &extentIndex{xs: xs, start: make([]uint64, len(xs))}
+	var off uint64
+	for i, x := range xs {
+		ix.start[i] = off
+		off += x.Len
+	}
+	return ix
+}
+
+// find returns the index of the extent holding run offset off, and off's
+// position inside it.
+func (ix *extentIndex) find(off uint64) (int, uint64) {
+	i, _ := slices.BinarySearchFunc(ix.start, off, func(s, off uint64) int {
+		if s <= off {
+			return -1
+		}
+		return 1
+	})
+	i-- // last extent starting at or before off
+	for i >= 0 && i < len(ix.xs) && off-ix.start[i] >= ix.xs[i].Len {
+		i++ // skip empty extents
+	}
+	if i < 0 || i >= len(ix.xs) {
+		return len(ix.xs), 0
+	}
+	return i, off - ix.start[i]
+}
+
+// read copies run bytes [off, off+len(dst)) into dst.
+func (ix *extentIndex) read(mem []byte, off uint64, dst []byte) {
+	i, in := ix.find(off)
+	for ; len(dst) > 0 && i < len(ix.xs); i, in = i+1, 0 {
+		x := ix.xs[i]
+		n := copy(dst, mem[x.Off+in:x.Off+x.Len])
+		dst = dst[n:]
+	}
+}
+
+// write copies src over run bytes [off, off+len(src)).
+func (ix *extentIndex) write(mem []byte, off uint64, src []byte) {
+	i, in := ix.find(off)
+	for ; len(src) > 0 && i < len(ix.xs); i, in = i+1, 0 {
+		x := ix.xs[i]
+		n := copy(mem[x.Off+in:x.Off+x.Len], src)
+		src = src[n:]
+	}
+}
+
+// sliceExtents returns the extents covering bytes [off, off+n) of the run
+// described by xs. The result shares no memory with xs.
+func sliceExtents(xs []gtt.Extent, off, n uint64) []gtt.Extent {
+	var out []gtt.Extent
+	for _, x := range xs {
+		if n == 0 {
+			break
+		}
+		if off >= x.Len {
+			off -= x.Len
+			continue
+		}
+		l := min(x.Len-off, n)
+		out = append(out, gtt.Extent{Off: x.Off + off, Len: l})
+		off, n = 0, n-l
+	}
+	return out
+}
+
+// gather copies the bytes of xs, in order, into dst (len(dst) bytes at most).
+func gather(dst, mem []byte, xs []gtt.Extent) {
+	for _, x := range xs {
+		if len(dst) == 0 {
+			return
+		}
+		c := copy(dst, mem[x.Off:x.Off+x.Len])
+		dst = dst[c:]
+	}
+}
+
+// scatter copies src, in order, over the bytes of xs.
+func scatter(mem []byte, xs []gtt.Extent, src []byte) {
+	for _, x := range xs {
+		if len(src) == 0 {
+			return
+		}
+		c := copy(mem[x.Off:x.Off+x.Len], src)
+		src = src[c:]
+	}
+}
+
+// region returns the host bytes of xs as one slice when xs is a single
+// extent (or several that are contiguous in order), else nil.
+func region(mem []byte, xs []gtt.Extent) []byte {
+	if len(xs) == 0 {
+		return nil
+	}
+	start, end := xs[0].Off, xs[0].Off+xs[0].Len
+	for _, x := range xs[1:] {
+		if x.Off != end {
+			return nil
+		}
+		end += x.Len
+	}
+	return mem[start:end:end]
+}
