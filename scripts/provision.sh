@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# provision.sh: build the cached test root for end-to-end tests, idempotently.
+#
+#   ROOT=.cache/qemu-root  a debootstrap'd Debian trixie (minbase) with QEMU 11.1
+#                          from trixie-backports (bookworm's QEMU 7.2 has no
+#                          vfio-user client; installing trixie packages on the
+#                          host would upgrade its glibc, so QEMU runs in a chroot)
+#   .cache/guest/vmlinuz   the Debian kernel the guest boots (linux-image-amd64
+#                          installed in the same root)
+#
+# Re-running is cheap: each step checks its own stamp. Prints what it does and
+# how long each step takes. Needs root and Debian's package mirror.
+set -euo pipefail
+
+top=$(cd "$(dirname "$0")/.." && pwd)
+cache=${CACHE:-$top/.cache}
+root=$cache/qemu-root
+mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+mkdir -p "$cache/guest"
+
+step() { # step NAME STAMP CMD...: run CMD unless STAMP exists, with timing
+	local name=$1 stamp=$2; shift 2
+	if [[ -e $stamp ]]; then
+		echo "provision: $name: cached"
+		return
+	fi
+	echo "provision: $name ..."
+	local t0=$SECONDS
+	"$@"
+	touch "$stamp"
+	echo "provision: $name: done in $((SECONDS - t0))s"
+}
+
+host_tools() {
+	local missing=()
+	for t in debootstrap cpio; do command -v "$t" >/dev/null || missing+=("$t"); done
+	if ((${#missing[@]})); then
+		apt-get update -qq
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+	fi
+}
+
+bootstrap() {
+	rm -rf "$root"
+	debootstrap --variant=minbase trixie "$root" "$mirror" >"$cache/debootstrap.log" 2>&1 ||
+		{ tail -20 "$cache/debootstrap.log"; return 1; }
+}
+
+in_root() { chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive "$@"; }
+
+install_qemu() {
+	echo "deb $mirror trixie-backports main" >"$root/etc/apt/sources.list.d/backports.list"
+	mount_root
+	trap umount_root RETURN
+	in_root apt-get update -qq
+	in_root apt-get install -y -qq --no-install-recommends -t trixie-backports qemu-system-x86 >/dev/null
+	in_root apt-get install -y -qq --no-install-recommends linux-image-amd64 >/dev/null
+	in_root apt-get clean
+	in_root qemu-system-x86_64 --version | head -1
+}
+
+mount_root() {
+	for d in proc sys dev; do
+		mountpoint -q "$root/$d" || mount --rbind "/$d" "$root/$d"
+	done
+}
+
+umount_root() {
+	for d in dev sys proc; do
+		mountpoint -q "$root/$d" && umount -R "$root/$d" || true
+	done
+}
+
+guest_kernel() {
+	local k
+	k=$(ls "$root"/boot/vmlinuz-* | sort -V | tail -1)
+	cp "$k" "$cache/guest/vmlinuz"
+	echo "provision: guest kernel $(basename "$k")"
+}
+
+t0=$SECONDS
+step "host tools (debootstrap, cpio)" "$cache/.host-tools" host_tools
+step "debootstrap trixie into $root" "$cache/.bootstrap" bootstrap
+step "QEMU 11.1 (trixie-backports) and linux-image-amd64 in the root" "$cache/.qemu" install_qemu
+step "guest kernel" "$cache/.kernel" guest_kernel
+echo "provision: ready in $((SECONDS - t0))s: QEMU root $root, kernel $cache/guest/vmlinuz"
