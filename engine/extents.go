@@ -221,3 +221,28 @@ func region(mem []byte, xs []gtt.Extent) []byte {
 	}
 	return mem[start:end:end]
 }
+
+// cursor hands out consecutive pieces of the run that xs describes.
+type cursor struct {
+	xs  []gtt.Extent
+	off uint64 // bytes of xs[0] already handed out
+}
+
+// next returns the extents of the next n bytes of the run (fewer at its
+// end) in a new slice.
+func (c *cursor) next(n uint64) []gtt.Extent {
+	var out []gtt.Extent
+	for n > 0 && len(c.xs) > 0 {
+		x := c.xs[0]
+		l := min(x.Len-c.off, n)
+		if l > 0 {
+			out = append(out, gtt.Extent{Off: x.Off + c.off, Len: l})
+		}
+		c.off += l
+		n -= l
+		if c.off == x.Len {
+			c.xs, c.off = c.xs[1:], 0
+		}
+	}
+	return out
+}
