@@ -10,7 +10,8 @@
 // register's I/O, memory, bus-master and INTx-disable bits, the interrupt
 // line, and the MSI capability's address, data and enable bit. Everything
 // else is read-only and writes to it are ignored, byte by byte, so a write
-// that spans several registers changes exactly their writable bits.
+// that spans several registers changes exactly their writable bits. There is
+// no expansion ROM: its BAR (0x30) reads 0, as do absent BARs.
 //
 // QEMU does not restore a vfio-user device's front end after live migration
 // (notes/qemu-vfio-user.md), so the Config records which registers the guest
