@@ -1,0 +1,20 @@
+// Package guest is the guest-side driver of the gmig vGPU: it speaks the
+// device ABI (docs/device-abi.md, package abi) over a transport-neutral Bus,
+// so the same code drives the in-process simulator (package guest/sim) and,
+// later, a real Linux guest through /sys/bus/pci/devices/*/resourceN mmaps.
+//
+// The pieces:
+//   - bus.go: Bus and DMAMemory, what a transport provides.
+//   - cmd.go: encoders for every command of ABI §6.
+//   - driver.go, gtt.go, alloc.go, ring.go, ops.go: the Driver — device
+//     bring-up, a seeded GTT permutation, a graphics-memory allocator, CPU
+//     access through the aperture, command submission, fences and errors.
+//   - ref.go: plain Go reference computations for commands and kernels.
+//   - suite*.go: a correctness suite checking the device against ref.go.
+//   - workload*.go: a seeded, reproducible workload with its own reference
+//     model and a digest of the graphics memory it uses.
+//
+// A Driver is not safe for concurrent use: one goroutine owns it, as one
+// guest thread would own the device. Separate Drivers (separate vGPUs) are
+// independent.
+package guest
