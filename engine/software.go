@@ -336,4 +336,3 @@ func renderPixels(w uint32, p0 uint64, t uint32, px []uint32) {
 		x, y = 0, y+1
 	}
 }
-

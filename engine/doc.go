@@ -1,0 +1,19 @@
+// Package engine is the vGPU's command processor (docs/device-abi.md §5–8):
+// it fetches commands from the guest's ring in graphics memory, decodes
+// them (cmd.go), resolves graphics addresses through the shadow GTT
+// (Resolver) and runs the work on a Backend — the software back end
+// (software.go) here, a GPU back end elsewhere.
+//
+// One goroutine owns execution (engine.go). Doorbells, quiesce/resume and
+// stop reach it through channels it selects on; register reads are served
+// under a mutex that is never held while a command runs. Results leave
+// through Events: fence completions, faults, and the host extents each
+// command wrote, so that migration can track engine writes exactly.
+//
+// Save and Restore (state.go) move the engine's non-memory state — ring
+// registers, pending work, kernel objects — as plain data; they require a
+// quiesced engine.
+//
+// Lock order: Engine.mu is a leaf lock; it is never held across a call to
+// the Backend, the Resolver, GuestMemory or Events.
+package engine
