@@ -96,7 +96,7 @@ func (s *Server) ServeConn(ctx context.Context, c *net.UnixConn) error {
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	defer stop()
 	defer c.Close()
-	log := s.log.With().Str("peer", peerName(c)).Logger()
+	log := s.log.With().Int32("peer_pid", peerPID(c)).Logger()
 	log.Info().Msg("vfio-user client connected")
 	sess := &session{srv: s, t: newTransport(c), log: log, maxXfer: s.maxXfer}
 	err := sess.run()
@@ -114,11 +114,17 @@ func (s *Server) ServeConn(ctx context.Context, c *net.UnixConn) error {
 	return fmt.Errorf("vfio: serving client: %w", err)
 }
 
-func peerName(c *net.UnixConn) string {
-	if a := c.RemoteAddr(); a != nil && a.String() != "" {
-		return a.String()
+// peerPID returns the client's process id (SO_PEERCRED), or -1.
+func peerPID(c *net.UnixConn) int32 {
+	pid := int32(-1)
+	if rc, err := c.SyscallConn(); err == nil {
+		rc.Control(func(fd uintptr) {
+			if cred, err := unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED); err == nil {
+				pid = cred.Pid
+			}
+		})
 	}
-	return "unix"
+	return pid
 }
 
 func isDisconnect(err error) bool {
