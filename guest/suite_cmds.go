@@ -260,6 +260,7 @@ func checkFenceInterrupt(s *suite) error {
 			if err := d.Wait(s.ctx, v); err != nil {
 				return err
 			}
+			RefFenceWrite(s.ref, scrFence+64, v)
 			return errSkip{"bus cannot deliver interrupts"}
 		}
 		if err != nil {
@@ -327,6 +328,13 @@ func checkRingWrap(s *suite) error {
 	total := 3 * uint64(d.ringSize)
 	var wraps, straddles int
 	var sent uint64
+	// Put the tail 16 bytes off a 32-byte boundary so that 32-byte FILLs
+	// straddle the end of the ring.
+	if pad := (16 - d.tail%32) % 32; pad != 0 {
+		if err := d.put(AppendNop(d.buf[:0], pad)); err != nil {
+			return err
+		}
+	}
 	for i := uint32(0); sent < total; i++ {
 		var cmd []byte
 		off := uint64(i%(scrWrapLen/4)) * 4
