@@ -81,13 +81,15 @@ func (c *Client) negotiate() error {
 func (c *Client) MaxDataXfer() uint32 { return c.maxXfer }
 
 // Close closes the connection.
+// A call in flight on another goroutine fails.
 func (c *Client) Close() error {
+	err := c.conn.Close() // first, to end a call that holds the mutex
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.broken == nil {
 		c.broken = ErrClosed
 	}
-	return c.conn.Close()
+	return err
 }
 
 // Call sends command cmd with payload and fds and waits for its reply,

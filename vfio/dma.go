@@ -6,6 +6,8 @@ import (
 	"os"
 	"sort"
 	"sync"
+
+	"golang.org/x/sys/unix"
 )
 
 // DMARegion describes one window of client (guest) memory the server may
@@ -70,6 +72,10 @@ func (t *DMATable) Map(r DMARegion) error {
 	if err := t.checkFreeLocked(m); err != nil {
 		munmapRegion(m)
 		return err
+	}
+	if len(t.maps) >= defaultMaxDMAMaps { // as advertised in max_dma_maps
+		munmapRegion(m)
+		return fmt.Errorf("vfio: dma map %#x: %d mappings: %w", m.iova, len(t.maps), unix.ENOSPC)
 	}
 	i := sort.Search(len(t.maps), func(i int) bool { return t.maps[i].iova > m.iova })
 	t.maps = append(t.maps, nil)

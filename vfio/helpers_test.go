@@ -229,7 +229,7 @@ type testServer struct {
 
 // startServer serves a fake device on a socket in a temporary directory
 // until the test ends.
-func startServer(t *testing.T, maxXfer uint32) *testServer {
+func startServer(t testing.TB, maxXfer uint32) *testServer {
 	t.Helper()
 	ts := &testServer{path: filepath.Join(t.TempDir(), "vfio.sock"), dev: newFakeDevice(t)}
 	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: ts.path, Net: "unix"})

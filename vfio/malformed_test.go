@@ -204,3 +204,39 @@ func TestServerSurvivesMalformed(t *testing.T) {
 		t.Fatalf("next client: %v", err)
 	}
 }
+
+// TestVersionReplyForQEMU sends QEMU 11.1's exact proposal and checks the
+// reply against what its client accepts (hw/vfio-user/proxy.c): version 0.0,
+// NUL-terminated JSON, no larger than the request (QEMU receives the reply
+// into the request's buffer), only proposed capabilities, limits in range.
+func TestVersionReplyForQEMU(t *testing.T) {
+	ts := startServer(t, 0)
+	r := dialRaw(t, ts.path)
+	qemu := `{"capabilities":{"migration":{"pgsize":4096,"max_bitmap_size":268435456},"max_msg_fds":16,` +
+		`"max_data_xfer_size":1048576,"pgsizes":4096,"max_dma_maps":65535,"write_multiple":true}}`
+	req := append(append(VersionMsg{}.Append(nil), qemu...), 0)
+	r.command(0, CmdVersion, 0, req)
+	m := r.expectOK("VERSION", 0)
+	if m.hdr.Size > uint32(HeaderSize+len(req)) {
+		t.Fatalf("reply of %d bytes exceeds the %d-byte request", m.hdr.Size, HeaderSize+len(req))
+	}
+	v, caps, err := decodeVersion(m.payload)
+	if err != nil || v != (VersionMsg{}) {
+		t.Fatalf("reply version %+v, %v", v, err)
+	}
+	if m.payload[len(m.payload)-1] != 0 {
+		t.Fatal("reply not NUL-terminated")
+	}
+	if *caps.MaxMsgFDs > 16 || *caps.MaxDataXferSize != DefaultMaxDataXfer || *caps.PgSizes != 4096 ||
+		*caps.MaxDMAMaps > 65535 || !*caps.WriteMultiple {
+		t.Fatalf("reply capabilities %s", m.payload[VersionMsgSize:])
+	}
+	// A client proposing nothing gets nothing but the empty object.
+	r2 := dialRaw(t, ts.path)
+	r.c.Close() // the server takes r2 once r is gone
+	r2.command(1, CmdVersion, 0, VersionMsg{}.Append(nil))
+	m = r2.expectOK("bare VERSION", 1)
+	if got := string(m.payload[VersionMsgSize:]); got != "{\"capabilities\":{}}\x00" {
+		t.Fatalf("bare reply %q", got)
+	}
+}
