@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"math"
 
 	"gmig/gtt"
 )
@@ -195,8 +196,22 @@ func (s *software) Saxpy(n uint64, a float32, x, y []gtt.Extent) error {
 func saxpy(a float32, x, y []float32) {
 	y = y[:len(x)]
 	for i, xv := range x {
-		y[i] = float32(float32(a*xv) + y[i])
+		y[i] = canon(float32(float32(a*xv) + y[i]))
 	}
+}
+
+// canonNaN is the only NaN the kernels compute. IEEE 754 leaves the payload
+// of a NaN result open, and on x86 it depends on which operand the compiler
+// put first; NVIDIA GPUs always produce this one, so fixing it here keeps
+// back ends (and builds) bit-identical. Copied values keep their bits.
+const canonNaNBits = 0x7fffffff
+
+// canon replaces any NaN by the canonical one.
+func canon(v float32) float32 {
+	if v != v {
+		return math.Float32frombits(canonNaNBits)
+	}
+	return v
 }
 
 // gridBytes returns w*h*4 for a kernel grid or framebuffer, or an error when
@@ -281,7 +296,7 @@ func stencilRows(w, h, r0, r1 int, in []float32, inLo int, out []float32) {
 			v = float32(v + s[x])
 			v = float32(v + c[x-1])
 			v = float32(v + c[x+1])
-			o[x] = float32(v * fifth)
+			o[x] = canon(float32(v * fifth))
 		}
 	}
 }

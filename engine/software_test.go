@@ -182,7 +182,7 @@ func refSaxpy(n int, a float32, x, y []byte) {
 		yv := math.Float32frombits(le.Uint32(y[4*i:]))
 		p := float32(a * xv) // conversions forbid fusion, here as in the engine
 		r := float32(p + yv)
-		le.PutUint32(y[4*i:], math.Float32bits(r))
+		le.PutUint32(y[4*i:], refCanon(r))
 	}
 }
 
@@ -198,10 +198,20 @@ func refStencil(w, h int, in, out []byte) {
 				s += at(x-1, y)
 				s += at(x+1, y)
 				v = s * float32(0.2)
+				le.PutUint32(out[4*(y*w+x):], refCanon(v))
+				continue
 			}
 			le.PutUint32(out[4*(y*w+x):], math.Float32bits(v))
 		}
 	}
+}
+
+// refCanon returns the bits of v, NaNs canonical.
+func refCanon(v float32) uint32 {
+	if math.IsNaN(float64(v)) {
+		return 0x7fffffff
+	}
+	return math.Float32bits(v)
 }
 
 func refRender(w, h int, frame uint64, fb []byte) {
@@ -221,7 +231,7 @@ func TestSoftwareKernels(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	for _, frag := range []bool{false, true} {
 		for round := range 10 {
-			mem := make([]byte, 8<<20)
+			mem := make([]byte, 2<<20)
 			sw := NewSoftware(mem)
 			pl := newPlacer(rng, uint64(len(mem)))
 			place := contiguous(uint64(len(mem)))
@@ -274,12 +284,12 @@ func TestSoftwareKernels(t *testing.T) {
 	}
 }
 
-// contiguous returns a placer of single extents in successive 1 MiB regions.
+// contiguous returns a placer of single extents in successive 256 KiB regions.
 func contiguous(poolSize uint64) func(n uint64) []gtt.Extent {
 	next := uint64(0)
 	return func(n uint64) []gtt.Extent {
 		off := next
-		next += 1 << 20
+		next += 256 << 10
 		if next > poolSize {
 			panic("contiguous: pool too small")
 		}
