@@ -33,6 +33,11 @@ type DeviceInfo struct {
 // RegionInfo describes one region. When File is set the region (or its
 // Sparse areas) may be mmap'd by the client from File at Offset + area offset;
 // the server passes File's descriptor with the reply.
+//
+// The server derives RegionFlagMmap (set exactly when File is set) and
+// RegionFlagCaps (set when it sends the sparse-mmap capability) itself; the
+// device's own values of those two bits are ignored. File stays the device's:
+// the server never closes it. Sparse is only meaningful with File set.
 type RegionInfo struct {
 	Flags  uint32 // RegionFlag* bits
 	Size   uint64

@@ -2,7 +2,9 @@ package vfio
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"net"
 	"os"
 	"sync"
 	"testing"
@@ -344,5 +346,22 @@ func TestClosedClient(t *testing.T) {
 	c.Close()
 	if _, err := c.DeviceInfo(); !errors.Is(err, ErrClosed) {
 		t.Fatalf("closed client: %v, want ErrClosed", err)
+	}
+}
+
+func TestServeEndsWhenListenerCloses(t *testing.T) {
+	path := t.TempDir() + "/s.sock"
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewServer(ServerConfig{Device: newFakeDevice(t)})
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(context.Background(), l) }()
+	c := dial(t, path) // served, so Serve is running
+	c.Close()
+	l.Close()
+	if err := <-done; err != nil {
+		t.Fatalf("Serve after listener close: %v", err)
 	}
 }
