@@ -11,6 +11,7 @@ import (
 )
 
 func TestEngineAllCommands(t *testing.T) {
+	t.Parallel()
 	for seed := uint64(1); seed <= 3; seed++ {
 		h := newHarness(t, seed, 8192)
 		m := newModel(h)
@@ -33,6 +34,7 @@ func TestEngineAllCommands(t *testing.T) {
 
 // TestEngineRingWrap runs commands that straddle the end of the ring.
 func TestEngineRingWrap(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, 4, 4096)
 	m := newModel(h)
 	p := &program{rng: rand.New(rand.NewPCG(4, 4))}
@@ -75,6 +77,7 @@ func TestEngineRingWrap(t *testing.T) {
 }
 
 func TestEngineFramingError(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		bad  []byte
@@ -116,6 +119,7 @@ func TestEngineFramingError(t *testing.T) {
 
 // TestEngineTruncatedBatch: a command larger than the data up to the tail.
 func TestEngineTruncatedBatch(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, 20, 8192)
 	m := newModel(h)
 	h.push(Nop{Bytes: 8})
@@ -148,6 +152,7 @@ func checkFaults(t *testing.T, name string, got []Fault, want ...Fault) {
 }
 
 func TestEngineFetchPageFault(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, 21, 4096)
 	if err := h.e.SetEnabled(false); err != nil {
 		t.Fatal(err)
@@ -194,6 +199,7 @@ func TestEngineFetchPageFault(t *testing.T) {
 }
 
 func TestEngineExecFaults(t *testing.T) {
+	t.Parallel()
 	const ro = tROPage * abi.PageSize
 	tests := []struct {
 		name string
@@ -254,6 +260,7 @@ func TestEngineExecFaults(t *testing.T) {
 }
 
 func TestEngineMaxKernels(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, 23, 8192)
 	var cmds []Command
 	for i := range uint32(abi.MaxKernels) {
@@ -278,6 +285,7 @@ func TestEngineMaxKernels(t *testing.T) {
 }
 
 func TestEngineFence(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, 24, 8192)
 	addr := uint64(tDataGA + 0x128)
 	h.submit(
@@ -304,6 +312,7 @@ func TestEngineFence(t *testing.T) {
 // TestEngineWrote checks that each command reports exactly the host extents
 // it wrote.
 func TestEngineWrote(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, 25, 8192)
 	h.submit(
 		KernelLoad{Handle: 1, Kind: abi.KernelSaxpy},
@@ -350,6 +359,7 @@ func TestEngineWrote(t *testing.T) {
 }
 
 func TestEngineQuiesceMidBatch(t *testing.T) {
+	t.Parallel()
 	var h *harness
 	var fills int
 	var wait func()
@@ -393,6 +403,7 @@ func TestEngineQuiesceMidBatch(t *testing.T) {
 }
 
 func TestEngineDisableMidBatch(t *testing.T) {
+	t.Parallel()
 	var h *harness
 	var fills int
 	h = newHarness(t, 27, 8192, withHook(func(op string) {

@@ -58,6 +58,7 @@ func randFloats(rng *rand.Rand, b []byte) {
 }
 
 func TestSoftwareCopyFillReadWrite(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(1, 2))
 	for round := range 20 {
 		mem := randBytes(rng, 1<<20)
@@ -104,6 +105,7 @@ func TestSoftwareCopyFillReadWrite(t *testing.T) {
 }
 
 func TestSoftwareFillPhase(t *testing.T) {
+	t.Parallel()
 	mem := make([]byte, 64)
 	sw := NewSoftware(mem)
 	// Extents of odd lengths: the pattern continues across them.
@@ -122,6 +124,7 @@ func TestSoftwareFillPhase(t *testing.T) {
 // TestSoftwareCopyOverlap checks memmove semantics when source and
 // destination share host bytes, split into extents differently.
 func TestSoftwareCopyOverlap(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(3, 4))
 	split := func(off, n uint64) []gtt.Extent {
 		var xs []gtt.Extent
@@ -148,6 +151,7 @@ func TestSoftwareCopyOverlap(t *testing.T) {
 }
 
 func TestSoftwareBounds(t *testing.T) {
+	t.Parallel()
 	sw := NewSoftware(make([]byte, 4096))
 	bad := []gtt.Extent{{Off: 4000, Len: 200}}
 	wrap := []gtt.Extent{{Off: math.MaxUint64 - 2, Len: 8}}
@@ -228,6 +232,7 @@ func refRender(w, h int, frame uint64, fb []byte) {
 }
 
 func TestSoftwareKernels(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(5, 6))
 	for _, frag := range []bool{false, true} {
 		for round := range 10 {
@@ -300,6 +305,7 @@ func contiguous(poolSize uint64) func(n uint64) []gtt.Extent {
 // TestSoftwareKernelAliasing runs kernels whose buffers share host memory:
 // inputs are read in full before outputs are written.
 func TestSoftwareKernelAliasing(t *testing.T) {
+	t.Parallel()
 	mem := make([]byte, 1<<16)
 	rng := rand.New(rand.NewPCG(7, 8))
 	randFloats(rng, mem)
