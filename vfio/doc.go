@@ -5,14 +5,15 @@
 //
 // Layers, one file each (as in libvfio-user):
 //
-//	wire.go       message header and payload structs, encode/decode
-//	transport.go  whole messages with SCM_RIGHTS descriptors
-//	server.go     accept loop and the one request loop per client
-//	handlers.go   the dispatch table: command number -> handler
-//	version.go    VERSION negotiation and capabilities JSON
-//	dma.go        DMATable: client memory windows, mmap'd (dma_mmap.go)
-//	irq.go        IRQTable: eventfds, INTx auto-mask, MSI
-//	client.go     Client
+//	wire.go          message header, command numbers, flags
+//	wire_payload.go  payload structs, encode/decode
+//	transport.go     whole messages with SCM_RIGHTS descriptors
+//	server.go        accept loop and the one request loop per client
+//	handlers.go      the dispatch table: command number -> handler
+//	version.go       VERSION negotiation and capabilities JSON
+//	dma.go           DMATable: client memory windows (mmap in dma_mmap.go)
+//	irq.go           IRQTable: eventfds, INTx auto-mask, MSI
+//	client.go        Client
 //
 // Behaviour QEMU 11.1's client depends on is recorded in
 // shared/notes/qemu-vfio-user.md and cited where the code follows it.
