@@ -36,12 +36,14 @@ type Config struct {
 type Regs struct {
 	RingBase  uint64
 	RingSize  uint32
-	Head      uint32
-	Tail      uint32
+	Head      uint32 // ring offset of the next command to fetch
+	Tail      uint32 // last tail accepted by Doorbell
 	Enabled   bool
 	Busy      bool // Head != Tail
 	FenceDone uint64
-	CmdsDone  uint64
+	// CmdsDone counts retired commands since reset, failed ones included;
+	// a dropped batch counts once (the command that failed).
+	CmdsDone uint64
 }
 
 // regs is the register state behind Regs; gen counts ring restarts so that
@@ -68,6 +70,13 @@ type ctlReq struct {
 // its input through one select: doorbell wake-ups, quiesce/resume requests
 // and stop. Register reads and writes go through mu, which is never held
 // while a command executes, so MMIO never waits for a kernel.
+//
+// Per command, reports go out in this order: Events.Wrote (the host extents
+// the command wrote — for a command that failed part way, every extent it
+// may have written), then FENCE_DONE is updated and Events.FenceCompleted
+// called, or Events.Faulted; then the head advances and CmdsDone counts it.
+// A fault's Opcode is the header's opcode whenever the header could be
+// read, even an unknown one; 0 when fetching the header faulted.
 //
 // Lock order: mu is a leaf; it is never held while calling the Backend,
 // the Resolver, guest memory or Events.
