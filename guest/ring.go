@@ -179,7 +179,7 @@ func (d *Driver) waitFence(ctx context.Context, value uint64, irq bool) error {
 		}
 		if !irq {
 			if err := p.wait(ctx); err != nil {
-				return fmt.Errorf("guest: waiting for fence %d (done %d): %w", value, done, err)
+				return d.waitError(value, err)
 			}
 			continue
 		}
@@ -187,28 +187,48 @@ func (d *Driver) waitFence(ctx context.Context, value uint64, irq bool) error {
 			irq = false
 			continue
 		} else if err != nil {
-			return fmt.Errorf("guest: waiting for fence %d (done %d): %w", value, done, err)
+			return d.waitError(value, err)
 		}
-		if err := d.ackInterrupts(); err != nil {
+		st, err := d.ackInterrupts()
+		if err != nil {
 			return err
+		}
+		if st&abi.IntError != 0 {
+			// The engine raises an error before it drops the rest of the
+			// batch (head jumps to the tail after the interrupt); no
+			// interrupt marks that jump, so finish this wait by polling.
+			irq = false
 		}
 	}
 }
 
+// waitError describes a wait that ended without its fence, with the
+// device's view for diagnosis.
+func (d *Driver) waitError(value uint64, err error) error {
+	done, _ := d.bus.ReadReg64(abi.RegFenceDone)
+	head, _ := d.bus.ReadReg32(abi.RegRingHead)
+	tail, _ := d.bus.ReadReg32(abi.RegRingTail)
+	ist, _ := d.bus.ReadReg32(abi.RegIntStatus)
+	est, _ := d.bus.ReadReg32(abi.RegErrStatus)
+	return fmt.Errorf("guest: waiting for fence %d (done %d, head %#x, tail %#x, driver tail %#x, INT_STATUS %#x, ERR_STATUS %#x): %w",
+		value, done, head, tail, d.flushed, ist, est, err)
+}
+
 // ackInterrupts reads INT_STATUS and clears the causes it found, so the
 // line drops (INTx) and the next cause sends a new message (MSI).
-func (d *Driver) ackInterrupts() error {
+// It returns the causes.
+func (d *Driver) ackInterrupts() (uint32, error) {
 	st, err := d.bus.ReadReg32(abi.RegIntStatus)
 	if err != nil {
-		return fmt.Errorf("guest: reading INT_STATUS: %w", err)
+		return 0, fmt.Errorf("guest: reading INT_STATUS: %w", err)
 	}
 	if st == 0 {
-		return nil
+		return 0, nil
 	}
 	if err := d.bus.WriteReg32(abi.RegIntStatus, st); err != nil {
-		return fmt.Errorf("guest: acknowledging INT_STATUS: %w", err)
+		return 0, fmt.Errorf("guest: acknowledging INT_STATUS: %w", err)
 	}
-	return nil
+	return st, nil
 }
 
 // poller paces register polling: a few immediate retries, then sleeps
