@@ -7,11 +7,12 @@ import (
 )
 
 // deliver turns the register file's pending interrupt causes into a signal:
-// one MSI message per rising edge when the guest enabled MSI, otherwise the
+// one MSI message per rising edge when the client has set up an MSI eventfd
+// (QEMU does so when the guest enables MSI), otherwise the
 // INTx level (gated by the command register's INTx-disable bit).
 // Called with the register file locked (see the package's lock order).
 func (v *VGPU) deliver(pending, rising uint32) {
-	if v.pci.MSIEnabled() {
+	if v.irqs.MSIEnabled() {
 		v.irqs.SetINTx(false)
 		if rising != 0 {
 			v.irqs.SignalMSI(0)
