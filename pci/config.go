@@ -250,6 +250,20 @@ func (c *Config) MSIMessage() (addr uint64, data uint16) {
 	return addr, c.u16Locked(OffMSIData)
 }
 
+// SetInterruptStatus sets the status register's interrupt-status bit, which
+// reflects the function's INTx state whether or not INTx is disabled (PCI
+// 3.0 §6.2.3). Guests use it to tell whether a shared line is theirs (Linux's
+// pci_check_and_mask_intx, which uio_pci_generic relies on).
+func (c *Config) SetInterruptStatus(asserted bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if asserted {
+		c.space[OffStatus] |= StatusInterrupt
+	} else {
+		c.space[OffStatus] &^= StatusInterrupt
+	}
+}
+
 // Reset returns the space to its power-on contents (BARs, command, interrupt
 // line and MSI cleared) and forgets which registers were written.
 func (c *Config) Reset() {

@@ -581,3 +581,26 @@ func TestConcurrentInterruptPath(t *testing.T) {
 	}()
 	wg.Wait()
 }
+
+func TestInterruptStatusBit(t *testing.T) {
+	c := newGmig(t)
+	c.SetInterruptStatus(true)
+	if r16(t, c, OffStatus)&StatusInterrupt == 0 {
+		t.Fatal("interrupt status not reflected")
+	}
+	// The guest cannot clear it, and a state saved while it is set restores.
+	if err := c.Write(OffStatus, []byte{0xff, 0xff}); err != nil {
+		t.Fatal(err)
+	}
+	if r16(t, c, OffStatus)&StatusInterrupt == 0 {
+		t.Fatal("guest write cleared the interrupt status bit")
+	}
+	s := c.Save()
+	c.SetInterruptStatus(false)
+	if r16(t, c, OffStatus)&StatusInterrupt != 0 {
+		t.Fatal("interrupt status not cleared")
+	}
+	if err := newGmig(t).Restore(s); err != nil {
+		t.Fatalf("restoring a state with INTx asserted: %v", err)
+	}
+}

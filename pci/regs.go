@@ -34,7 +34,10 @@ const (
 )
 
 // Status register bits (§6.2.3).
-const StatusCapList = 1 << 4
+const (
+	StatusInterrupt = 1 << 3 // INTx asserted (read-only, device-driven)
+	StatusCapList   = 1 << 4
+)
 
 // Memory BAR type bits, the low four bits of a BAR (§6.2.5.1).
 const (

@@ -13,12 +13,14 @@ import (
 // Called with the register file locked (see the package's lock order).
 func (v *VGPU) deliver(pending, rising uint32) {
 	if v.irqs.MSIEnabled() {
+		v.pci.SetInterruptStatus(false)
 		v.irqs.SetINTx(false)
 		if rising != 0 {
 			v.irqs.SignalMSI(0)
 		}
 		return
 	}
+	v.pci.SetInterruptStatus(pending != 0)
 	v.irqs.SetINTx(pending != 0 && !v.pci.INTxDisabled())
 }
 
