@@ -183,12 +183,8 @@ func (d *Driver) waitFence(ctx context.Context, value uint64, irq bool) error {
 			}
 			continue
 		}
-		if err := d.bus.WaitIRQ(ctx); errors.Is(err, ErrNoIRQ) {
-			irq = false
-			continue
-		} else if err != nil {
-			return d.waitError(value, err)
-		}
+		// Clear pending causes before sleeping, so the next cause is a new
+		// edge (MSI sends one message per edge) and none is slept through.
 		st, err := d.ackInterrupts()
 		if err != nil {
 			return err
@@ -198,6 +194,14 @@ func (d *Driver) waitFence(ctx context.Context, value uint64, irq bool) error {
 			// batch (head jumps to the tail after the interrupt); no
 			// interrupt marks that jump, so finish this wait by polling.
 			irq = false
+		}
+		if st != 0 {
+			continue // something happened: look again before sleeping
+		}
+		if err := d.bus.WaitIRQ(ctx); errors.Is(err, ErrNoIRQ) {
+			irq = false
+		} else if err != nil {
+			return d.waitError(value, err)
 		}
 	}
 }

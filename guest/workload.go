@@ -1,0 +1,201 @@
+package guest
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"gmig/abi"
+)
+
+// WorkloadConfig shapes a Workload. Zero fields take the defaults below.
+type WorkloadConfig struct {
+	MemSize    uint64 // graphics memory the workload uses (default 2 MiB)
+	OpsPerStep int    // at most this many operations per step (default 8)
+	SaxpyN     int    // SAXPY array length in floats (default 3000)
+	GridW      uint32 // STENCIL grid width (default 67)
+	GridH      uint32 // STENCIL grid height (default 45)
+	FBW        uint32 // RENDER framebuffer width (default 160)
+	FBH        uint32 // RENDER framebuffer height (default 100)
+	// Check keeps a reference model (ref.go) and verifies graphics memory
+	// and every DMA read against it after each step.
+	Check bool
+}
+
+func (c WorkloadConfig) withDefaults() WorkloadConfig {
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def32 := func(v *uint32, d uint32) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	if c.MemSize == 0 {
+		c.MemSize = 2 << 20
+	}
+	c.MemSize = pageRoundUp(c.MemSize)
+	def(&c.OpsPerStep, 8)
+	def(&c.SaxpyN, 3000)
+	def32(&c.GridW, 67)
+	def32(&c.GridH, 45)
+	def32(&c.FBW, 160)
+	def32(&c.FBH, 100)
+	return c
+}
+
+// Workload is a deterministic, seeded mix of device commands and guest CPU
+// stores into the aperture; every step ends at a fence. Same seed, same
+// config: the same operations and the same final graphics memory.
+type Workload struct {
+	cfg  WorkloadConfig
+	plan planner
+
+	base  uint64 // graphics address of the region (allocated on first step)
+	fence uint64 // graphics address of the workload's WRITE_MEM fence slot
+	model []byte // reference model of the region, with Check
+	steps uint64
+	ops   [numOpKinds]uint64
+
+	submitted    bool // device commands submitted since the last wait
+	pendingReads []pendingRead
+	stageUsed    uint64
+}
+
+// pendingRead is a DMA_FROM_GFX whose result is checked after the fence.
+type pendingRead struct {
+	op   Op
+	buf  []byte
+	want []byte
+}
+
+// NewWorkload returns a workload for seed and cfg.
+func NewWorkload(seed int64, cfg WorkloadConfig) (*Workload, error) {
+	cfg = cfg.withDefaults()
+	l, err := newLayout(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if uint64(cfg.OpsPerStep)*(16<<10) > DefaultStagingSize {
+		return nil, fmt.Errorf("guest: %d operations per step may overrun the DMA staging buffer", cfg.OpsPerStep)
+	}
+	w := &Workload{cfg: cfg}
+	w.plan = planner{
+		rng: rand.New(rand.NewPCG(uint64(seed), 0x776f726b)), // "work"
+		l:   l, cfg: cfg, loaded: map[uint32][]uint32{}, nextHandle: 0x100,
+	}
+	if cfg.Check {
+		w.model = make([]byte, cfg.MemSize)
+	}
+	return w, nil
+}
+
+// Next plans the next step without running it: the trace of a workload is
+// the sequence of Next results. Step calls it.
+func (w *Workload) Next() []Op { return w.plan.next() }
+
+// Steps is the number of steps run.
+func (w *Workload) Steps() uint64 { return w.steps }
+
+// OpCounts counts the operations run, by kind.
+func (w *Workload) OpCounts() map[OpKind]uint64 {
+	m := map[OpKind]uint64{}
+	for k, n := range w.ops {
+		if n > 0 {
+			m[OpKind(k)] = n
+		}
+	}
+	return m
+}
+
+// Region is the graphics range the workload uses (valid after a step).
+func (w *Workload) Region() (ga, size uint64) { return w.base, w.cfg.MemSize }
+
+// Run runs steps steps.
+func (w *Workload) Run(ctx context.Context, d *Driver, steps int) error {
+	for range steps {
+		if err := w.Step(ctx, d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Step plans and runs one step, ending at a fence; with Check it then
+// verifies the DMA reads and graphics memory against the model.
+func (w *Workload) Step(ctx context.Context, d *Driver) error {
+	if w.fence == 0 {
+		if err := w.place(d); err != nil {
+			return err
+		}
+	}
+	ops := w.Next()
+	w.pendingReads, w.stageUsed, w.submitted = w.pendingReads[:0], 0, false
+	for _, op := range ops {
+		if err := w.exec(ctx, d, op); err != nil {
+			return fmt.Errorf("guest: workload step %d: %s: %w", w.steps, op, err)
+		}
+		w.ops[op.Kind]++
+	}
+	v := d.FenceAt(abi.FenceWriteMem, w.fence)
+	if err := d.Wait(ctx, v); err != nil {
+		return fmt.Errorf("guest: workload step %d: %w", w.steps, err)
+	}
+	w.steps++
+	if w.cfg.Check {
+		return w.verify(d, v)
+	}
+	return nil
+}
+
+func (w *Workload) place(d *Driver) error {
+	base, err := d.Alloc(w.cfg.MemSize)
+	if err != nil {
+		return fmt.Errorf("guest: workload region: %w", err)
+	}
+	fence, err := d.Alloc(abi.PageSize)
+	if err != nil {
+		d.Free(base)
+		return fmt.Errorf("guest: workload fence slot: %w", err)
+	}
+	w.base, w.fence = base, fence
+	return nil
+}
+
+// Digest is the sha256 of the workload's graphics memory in graphics
+// address order, read through the aperture.
+func (w *Workload) Digest(d *Driver) ([32]byte, error) {
+	if w.fence == 0 {
+		return [32]byte{}, fmt.Errorf("guest: digest of a workload that has not run")
+	}
+	buf := make([]byte, w.cfg.MemSize)
+	if err := d.ReadGA(w.base, buf); err != nil {
+		return [32]byte{}, err
+	}
+	return sha256.Sum256(buf), nil
+}
+
+// seededBytes fills b from seed.
+func seededBytes(b []byte, seed uint64) {
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	for i := 0; i < len(b); i += 8 {
+		var x [8]byte
+		binary.LittleEndian.PutUint64(x[:], r.Uint64())
+		copy(b[i:], x[:])
+	}
+}
+
+// seededFloats fills b with finite binary32 values in [-1, 1) from seed.
+func seededFloats(b []byte, seed uint64) {
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	for i := 0; i+4 <= len(b); i += 4 {
+		binary.LittleEndian.PutUint32(b[i:], math.Float32bits(float32(r.Float64()*2-1)))
+	}
+}
+
+func f32bits(f float32) uint32 { return math.Float32bits(f) }

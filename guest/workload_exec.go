@@ -1,0 +1,139 @@
+package guest
+
+import (
+	"context"
+	"fmt"
+	"math"
+)
+
+// exec runs one op on the device (and, with Check, on the model).
+func (w *Workload) exec(ctx context.Context, d *Driver, op Op) error {
+	m, l := w.model, w.plan.l
+	if op.Kind != OpCPUWrite && op.Kind != OpCPUFloats {
+		w.submitted = true
+	}
+	ga := func(off uint64) uint64 { return w.base + off }
+	switch op.Kind {
+	case OpInit:
+		if m != nil {
+			RefFill(m, 0, op.Len, 0)
+		}
+		return d.Fill(ga(0), op.Len, 0)
+	case OpFill:
+		if m != nil {
+			RefFill(m, op.Dst, op.Len, op.Word)
+		}
+		return d.Fill(ga(op.Dst), op.Len, op.Word)
+	case OpCopy:
+		if m != nil {
+			RefCopy(m, op.Dst, op.Src, op.Len)
+		}
+		return d.Copy(ga(op.Dst), ga(op.Src), op.Len)
+	case OpDMATo:
+		gpa, buf, err := w.stage(d, op.Len)
+		if err != nil {
+			return err
+		}
+		seededBytes(buf, op.Seed)
+		if m != nil {
+			RefDMAToGfx(m, op.Dst, buf)
+		}
+		return d.DMAToGfx(ga(op.Dst), gpa, op.Len)
+	case OpDMAFrom:
+		gpa, buf, err := w.stage(d, op.Len)
+		if err != nil {
+			return err
+		}
+		if m != nil {
+			w.pendingReads = append(w.pendingReads, pendingRead{op: op, buf: buf, want: RefDMAFromGfx(m, op.Src, op.Len)})
+		}
+		return d.DMAFromGfx(ga(op.Src), gpa, op.Len)
+	case OpCPUWrite, OpCPUFloats:
+		// CPU stores reach memory at once; let the device finish what
+		// this step already submitted so the order matches the model.
+		if w.submitted {
+			if err := d.Sync(ctx); err != nil {
+				return err
+			}
+			w.submitted = false
+		}
+		buf := make([]byte, op.Len)
+		if op.Kind == OpCPUWrite {
+			seededBytes(buf, op.Seed)
+		} else {
+			seededFloats(buf, op.Seed)
+		}
+		if m != nil {
+			copy(m[op.Dst:], buf)
+		}
+		return d.WriteGA(ga(op.Dst), buf)
+	case OpLoad:
+		return d.LoadKernel(op.Handle, op.Word)
+	case OpUnload:
+		return d.UnloadKernel(op.Handle)
+	case OpSaxpy:
+		if m != nil {
+			RefSaxpy(m, op.Len, math.Float32frombits(op.Word), op.Src, op.Dst)
+		}
+		return d.Saxpy(op.Handle, op.Len, math.Float32frombits(op.Word), ga(op.Src), ga(op.Dst))
+	case OpStencil:
+		src, dst := op.Src, op.Dst
+		for range op.Word {
+			if m != nil {
+				RefStencil(m, l.gridW, l.gridH, src, dst)
+			}
+			if err := d.Stencil(op.Handle, l.gridW, l.gridH, ga(src), ga(dst)); err != nil {
+				return err
+			}
+			src, dst = dst, src
+		}
+		return nil
+	case OpRender:
+		if m != nil {
+			RefRender(m, l.fbW, l.fbH, op.Dst, op.Frame)
+		}
+		return d.Render(op.Handle, l.fbW, l.fbH, ga(op.Dst), op.Frame)
+	}
+	return fmt.Errorf("guest: unknown workload op %s", op.Kind)
+}
+
+// stage hands out n bytes of the DMA staging buffer for this step.
+func (w *Workload) stage(d *Driver, n uint64) (uint64, []byte, error) {
+	gpa, buf := d.Staging()
+	if buf == nil {
+		return 0, nil, errNoStaging
+	}
+	at := (w.stageUsed + 7) &^ 7
+	if at+n > uint64(len(buf)) {
+		return 0, nil, fmt.Errorf("guest: workload step needs more than %d bytes of staging", len(buf))
+	}
+	w.stageUsed = at + n
+	return gpa + at, buf[at : at+n], nil
+}
+
+// verify checks the step's DMA reads, the fence slot and the whole region
+// against the model.
+func (w *Workload) verify(d *Driver, fence uint64) error {
+	for _, r := range w.pendingReads {
+		if i := firstDiff(r.buf, r.want); i >= 0 {
+			return fmt.Errorf("guest: workload step %d: %s: guest RAM byte %d is %#02x, model %#02x",
+				w.steps-1, r.op, i, r.buf[i], r.want[i])
+		}
+	}
+	var slot [8]byte
+	if err := d.ReadGA(w.fence, slot[:]); err != nil {
+		return err
+	}
+	if got := le64(slot[:]); got != fence {
+		return fmt.Errorf("guest: workload step %d: fence slot holds %d, want %d", w.steps-1, got, fence)
+	}
+	got := make([]byte, len(w.model))
+	if err := d.ReadGA(w.base, got); err != nil {
+		return err
+	}
+	if i := firstDiff(got, w.model); i >= 0 {
+		return fmt.Errorf("guest: workload step %d: graphics address %#x (region offset %#x) is %#02x, model %#02x",
+			w.steps-1, w.base+uint64(i), i, got[i], w.model[i])
+	}
+	return nil
+}
