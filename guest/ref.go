@@ -37,14 +37,28 @@ func RefDMAFromGfx(mem []byte, ga, n uint64) []byte { return append([]byte(nil),
 // RefFenceWrite applies FENCE with FenceWriteMem: value at addr.
 func RefFenceWrite(mem []byte, addr, value uint64) { binary.LittleEndian.PutUint64(mem[addr:], value) }
 
-// SaxpyElem is one SAXPY element: (a * x) + y, each operation rounded.
-func SaxpyElem(a, x, y float32) float32 { return float32(float32(a*x) + y) }
+// CanonicalNaN is the bit pattern of every NaN a kernel computes (§7):
+// IEEE leaves a computed NaN's payload open, the ABI fixes it.
+const CanonicalNaN = 0x7fffffff
+
+// canon replaces a NaN by the canonical one.
+func canon(v float32) float32 {
+	if v != v {
+		return math.Float32frombits(CanonicalNaN)
+	}
+	return v
+}
+
+// SaxpyElem is one SAXPY element: (a * x) + y, each operation rounded; a
+// NaN result is the canonical NaN.
+func SaxpyElem(a, x, y float32) float32 { return canon(float32(float32(a*x) + y)) }
 
 // StencilCell is one interior STENCIL cell:
-// ((((c + n) + s) + w) + e) * 0.2f, each operation rounded.
+// ((((c + n) + s) + w) + e) * 0.2f, each operation rounded; a NaN result
+// is the canonical NaN.
 func StencilCell(c, n, s, w, e float32) float32 {
 	sum := float32(float32(float32(float32(c+n)+s)+w) + e)
-	return float32(sum * StencilWeight)
+	return canon(float32(sum * StencilWeight))
 }
 
 // RenderPixel is pixel (x, y) of RENDER frame: r = x + t, g = y + 2t,
@@ -61,8 +75,13 @@ func loadF32(mem []byte, ga uint64) float32 {
 	return math.Float32frombits(binary.LittleEndian.Uint32(mem[ga:]))
 }
 
+// storeF32 stores a computed value; NaNs are stored canonical.
 func storeF32(mem []byte, ga uint64, v float32) {
-	binary.LittleEndian.PutUint32(mem[ga:], math.Float32bits(v))
+	bits := math.Float32bits(v)
+	if v != v {
+		bits = CanonicalNaN
+	}
+	binary.LittleEndian.PutUint32(mem[ga:], bits)
 }
 
 // RefSaxpy applies a SAXPY launch: y[i] = a*x[i] + y[i] for i < n.

@@ -130,3 +130,28 @@ func equalF32(a, b []float32) bool {
 	}
 	return true
 }
+
+// TestRefCanonicalNaN checks that computed NaNs take the canonical bits
+// while copied border cells keep theirs.
+func TestRefCanonicalNaN(t *testing.T) {
+	payload := math.Float32frombits(0x7fc01234)
+	inf := float32(math.Inf(1))
+	if got := math.Float32bits(SaxpyElem(2, payload, 1)); got != CanonicalNaN {
+		t.Errorf("saxpy of a NaN: %#x", got)
+	}
+	if got := math.Float32bits(SaxpyElem(0, inf, 1)); got != CanonicalNaN {
+		t.Errorf("0*inf: %#x", got)
+	}
+	if got := math.Float32bits(StencilCell(inf, float32(math.Inf(-1)), 0, 0, 0)); got != CanonicalNaN {
+		t.Errorf("inf-inf: %#x", got)
+	}
+	mem := make([]byte, 2*36)
+	f32s(mem, 0, payload, 0, 0, 0, payload, 0, 0, 0, 0)
+	RefStencil(mem, 3, 3, 0, 36)
+	if got := binary.LittleEndian.Uint32(mem[36:]); got != 0x7fc01234 {
+		t.Errorf("border NaN copied as %#x", got)
+	}
+	if got := binary.LittleEndian.Uint32(mem[36+16:]); got != CanonicalNaN {
+		t.Errorf("interior NaN stored as %#x", got)
+	}
+}

@@ -105,6 +105,20 @@ func checkPageFault(s *suite) error {
 			return fmt.Errorf("entry %#x: the command after the fault: %w", e, err)
 		}
 	}
+	// A FENCE whose write faults does not complete (§6): the wait ends
+	// with a lost fence and a page fault.
+	if err := d.bus.WriteGTT(idx, []uint64{0}); err != nil {
+		return err
+	}
+	v := d.FenceAt(abi.FenceWriteMem, ga)
+	err := d.Wait(s.ctx, v)
+	var de *DeviceError
+	if !errors.Is(err, ErrFenceLost) || !errors.As(err, &de) || !de.Has(abi.ErrPageFault) || de.Opcode != abi.OpFence {
+		return fmt.Errorf("fence writing an unmapped page: wait returned %v, want a lost fence and a page fault", err)
+	}
+	if err := d.bus.WriteGTT(idx, []uint64{entry &^ abi.GTTWritable}); err != nil {
+		return err
+	}
 	// Read-only still reads.
 	if err := d.Copy(s.base+scrGeneral+64, ga+100, 300); err != nil {
 		return err

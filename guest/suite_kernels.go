@@ -46,10 +46,30 @@ func checkSaxpy(s *suite) error {
 		}
 		RefSaxpy(s.ref, c.n, c.a, x, y)
 	}
+	// Non-finite inputs: computed NaNs are stored canonical (§7).
+	nx, ny := uint64(scrKernel+40<<10), uint64(scrKernel+40<<10+64)
+	f32Store(s.ref, nx, math.Float32frombits(0x7fc01234), float32(math.Inf(1)), 1, float32(math.NaN()))
+	f32Store(s.ref, ny, 1, float32(math.Inf(-1)), float32(math.Inf(1)), 2)
+	if err := s.d.WriteGA(s.base+nx, s.ref[nx:nx+16]); err != nil {
+		return err
+	}
+	if err := s.d.WriteGA(s.base+ny, s.ref[ny:ny+16]); err != nil {
+		return err
+	}
+	if err := s.d.Saxpy(suiteSaxpy, 4, 1, s.base+nx, s.base+ny); err != nil {
+		return err
+	}
+	RefSaxpy(s.ref, 4, 1, nx, ny)
 	if err := s.sync(); err != nil {
 		return err
 	}
 	return s.expect(scrKernel, 64<<10)
+}
+
+func f32Store(mem []byte, off uint64, vs ...float32) {
+	for i, v := range vs {
+		binary.LittleEndian.PutUint32(mem[off+4*uint64(i):], math.Float32bits(v))
+	}
 }
 
 func checkStencil(s *suite) error {
@@ -121,6 +141,8 @@ func checkKernelErrors(s *suite) error {
 		{"wrong arity", AppendLaunch(nil, suiteSaxpy, 1, 0, x), abi.OpLaunch},
 		{"overlapping saxpy", AppendLaunch(nil, suiteSaxpy, SaxpyArgs(64, 1, x, x+128)...), abi.OpLaunch},
 		{"unload unknown", AppendKernelUnload(nil, suiteSpare), abi.OpKernelUnload},
+		{"stencil zero side", AppendLaunch(nil, suiteStencil, StencilArgs(0, 4, x, x+4096)...), abi.OpLaunch},
+		{"unaligned saxpy", AppendLaunch(nil, suiteSaxpy, SaxpyArgs(4, 1, x+2, x+4096)...), abi.OpLaunch},
 	}
 	for _, c := range cases {
 		at := d.tail
