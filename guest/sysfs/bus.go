@@ -218,8 +218,7 @@ func (b *Bus) Aperture() []byte { return b.aperture }
 func (b *Bus) DMA() guest.DMAMemory { return b.dma }
 
 // WaitIRQ implements guest.Bus: it blocks on /dev/uioN until INTx fires,
-// then re-enables INTx (uio_pci_generic masked it with the command
-// register's INTx-disable bit). The caller acknowledges the cause in
+// then re-enables INTx. The caller acknowledges the cause in
 // INT_STATUS, which deasserts the line.
 func (b *Bus) WaitIRQ(ctx context.Context) error {
 	if b.uio == nil {
@@ -249,8 +248,9 @@ func (b *Bus) WaitIRQ(ctx context.Context) error {
 	if _, err := b.uio.Read(n[:]); err != nil {
 		return fmt.Errorf("sysfs: reading uio: %w", err)
 	}
-	binary.LittleEndian.PutUint32(n[:], 1)
-	if _, err := b.uio.Write(n[:]); err != nil {
+	// uio_pci_generic masked INTx with the command register's INTx-disable
+	// bit and has no irqcontrol: user space unmasks it in config space.
+	if err := b.setCommand(0, pciCommandINTxDisable); err != nil {
 		return fmt.Errorf("sysfs: re-enabling INTx: %w", err)
 	}
 	return nil

@@ -92,9 +92,38 @@ type Config struct {
 	// Incoming, if set, starts the VM waiting for a migration stream there
 	// (e.g. "tcp:127.0.0.1:4444"), paused until `cont`.
 	Incoming string
+	// Accel is "kvm", "tcg" or "" for DefaultAccel().
+	Accel string
 	// Extra arguments appended as they are. A memory backend among them
 	// that is not a shared memfd is refused.
 	Extra []string
+}
+
+// DefaultAccel picks KVM when the CPU has hardware virtualization (vmx or
+// svm in /proc/cpuinfo) and /dev/kvm opens, and TCG otherwise, with the
+// reason. Some hosts offer a /dev/kvm without hardware virtualization (a
+// paravirtual "PVM" KVM inside a microVM): it runs unmodified guests through
+// an instruction emulator, far slower than TCG and unable to execute VEX
+// instructions such as the Debian kernel decompressor's BMI2 code.
+func DefaultAccel() (accel, why string) {
+	if err := CheckKVM(); err != nil {
+		return "tcg", err.Error()
+	}
+	info, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return "tcg", err.Error()
+	}
+	for _, l := range strings.Split(string(info), "\n") {
+		if strings.HasPrefix(l, "flags") {
+			for _, f := range strings.Fields(l) {
+				if f == "vmx" || f == "svm" {
+					return "kvm", "hardware virtualization (" + f + ")"
+				}
+			}
+			break
+		}
+	}
+	return "tcg", "/dev/kvm exists but the CPU has no vmx/svm: a paravirtual KVM that cannot run an unmodified Linux guest"
 }
 
 // Args returns QEMU's command line for c (without the loader prefix).
@@ -108,9 +137,20 @@ func (c Config) Args() ([]string, error) {
 	if err := checkMemoryArgs(c.Extra); err != nil {
 		return nil, err
 	}
+	if c.Accel == "" {
+		c.Accel, _ = DefaultAccel()
+	}
+	cpu := "host"
+	switch c.Accel {
+	case "kvm":
+	case "tcg":
+		cpu = "max"
+	default:
+		return nil, fmt.Errorf("qemu: accelerator %q: want kvm or tcg", c.Accel)
+	}
 	args := []string{
 		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
-		"-accel", "kvm", "-cpu", "host", "-smp", fmt.Sprint(c.CPUs),
+		"-accel", c.Accel, "-cpu", cpu, "-smp", fmt.Sprint(c.CPUs),
 		"-m", fmt.Sprintf("%dM", c.MemoryMB),
 		// Guest RAM as a shared memfd: only then does QEMU pass gmigd fds
 		// it can map (notes/qemu-vfio-user.md).
@@ -169,8 +209,10 @@ func Start(ctx context.Context, c Config) (*VM, error) {
 	if err := c.Root.Check(); err != nil {
 		return nil, err
 	}
-	if err := CheckKVM(); err != nil {
-		return nil, err
+	if c.Accel == "kvm" {
+		if err := CheckKVM(); err != nil {
+			return nil, err
+		}
 	}
 	if c.RunDir == "" {
 		return nil, errors.New("qemu: Config.RunDir is required")

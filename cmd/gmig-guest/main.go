@@ -1,0 +1,169 @@
+// Command gmig-guest is the guest-side program of gmig: a static binary that
+// runs inside a Linux guest (as the initramfs's /init, or as an ordinary
+// program under root), finds the vGPU by vendor and device ID, drives it
+// through /sys/bus/pci/devices/*/resourceN with no kernel module of ours,
+// and reports over the serial console.
+//
+// It runs, in order: a measurement of trapped MMIO and doorbell round trips;
+// the correctness suite (polling, then interrupts through uio_pci_generic);
+// and, with -steps, a seeded workload that writes HEARTBEAT every -heartbeat
+// so the host can time the guest's pauses with its own clock, ending with
+// the workload's graphics-memory digest.
+//
+// As PID 1 it mounts /proc, /sys and /dev, reserves huge pages for DMA,
+// loads the uio modules it carries, takes its flags from the kernel command
+// line (gmig.steps=200 gmig.seed=7 ...) and powers the machine off at the
+// end. Every report line starts with "gmig: ".
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"gmig/guest"
+	"gmig/guest/sysfs"
+)
+
+type options struct {
+	suite     bool
+	steps     int
+	seed      int64
+	heartbeat time.Duration
+	irq       bool
+	measure   int
+	modules   string
+}
+
+func parseFlags(args []string) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("gmig-guest", flag.ContinueOnError)
+	fs.BoolVar(&o.suite, "suite", true, "run the correctness suite")
+	fs.IntVar(&o.steps, "steps", 0, "workload steps to run (0: no workload)")
+	fs.Int64Var(&o.seed, "seed", 1, "workload seed")
+	fs.DurationVar(&o.heartbeat, "heartbeat", time.Millisecond, "HEARTBEAT write period during the workload (0: none)")
+	fs.BoolVar(&o.irq, "irq", true, "also run with interrupts (binds uio_pci_generic)")
+	fs.IntVar(&o.measure, "measure", 2000, "iterations of each latency measurement (0: skip)")
+	fs.StringVar(&o.modules, "modules", "/lib/modules/gmig", "directory of kernel modules to load first (uio, uio_pci_generic)")
+	return o, fs.Parse(args)
+}
+
+func main() {
+	pid1 := os.Getpid() == 1
+	args := os.Args[1:]
+	if pid1 {
+		if err := setupInit(); err != nil {
+			report("init: %v", err)
+		}
+		args = cmdlineFlags()
+	}
+	ok := run(args)
+	if ok {
+		report("result ok")
+	} else {
+		report("result FAIL")
+	}
+	if pid1 {
+		unix.Sync()
+		_ = unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF)
+	}
+	if !ok {
+		os.Exit(1)
+	}
+}
+
+// report writes one line to the console.
+func report(format string, args ...any) {
+	fmt.Fprintf(os.Stdout, "gmig: "+format+"\n", args...)
+}
+
+func run(args []string) bool {
+	o, err := parseFlags(args)
+	if err != nil {
+		report("flags: %v", err)
+		return false
+	}
+	if o.irq {
+		for _, m := range []string{"uio.ko.xz", "uio_pci_generic.ko.xz"} {
+			if err := sysfs.LoadModule(o.modules + "/" + m); err != nil {
+				report("modules: %v (continuing without interrupts)", err)
+				o.irq = false
+				break
+			}
+		}
+	}
+	bus, err := sysfs.Open(sysfs.Options{UseUIO: o.irq})
+	if err != nil {
+		report("device: %v", err)
+		return false
+	}
+	defer bus.Close()
+	report("device %s", bus.Dir())
+	ctx := context.Background()
+	ok := true
+	if o.measure > 0 {
+		ok = measure(ctx, bus, o) && ok
+	}
+	if o.suite {
+		ok = suite(ctx, bus, guest.Options{Seed: o.seed}, "polling") && ok
+		if o.irq {
+			ok = suite(ctx, bus, guest.Options{Seed: o.seed, UseIRQ: true}, "interrupts") && ok
+		}
+	}
+	if o.steps > 0 {
+		ok = workload(ctx, bus, o) && ok
+	}
+	return ok
+}
+
+func suite(ctx context.Context, bus guest.Bus, opts guest.Options, mode string) bool {
+	d, err := guest.Open(bus, opts)
+	if err != nil {
+		report("suite (%s): opening the device: %v", mode, err)
+		return false
+	}
+	r := guest.Suite(ctx, d)
+	for _, line := range strings.Split(strings.TrimSpace(r.String()), "\n") {
+		report("suite (%s): %s", mode, line)
+	}
+	return r.OK()
+}
+
+// setupInit does what an init must before anything else works.
+func setupInit() error {
+	mounts := []struct{ src, dst, fstype string }{
+		{"proc", "/proc", "proc"}, {"sysfs", "/sys", "sysfs"}, {"devtmpfs", "/dev", "devtmpfs"},
+	}
+	for _, m := range mounts {
+		_ = os.MkdirAll(m.dst, 0o755)
+		if err := unix.Mount(m.src, m.dst, m.fstype, 0, ""); err != nil && err != unix.EBUSY {
+			return fmt.Errorf("mounting %s: %w", m.dst, err)
+		}
+	}
+	// Huge pages for DMA memory: 8 x 2 MiB.
+	if err := os.WriteFile("/proc/sys/vm/nr_hugepages", []byte("8"), 0); err != nil {
+		return fmt.Errorf("reserving huge pages: %w", err)
+	}
+	return nil
+}
+
+// cmdlineFlags turns gmig.NAME=VALUE words of the kernel command line into
+// -NAME=VALUE flags.
+func cmdlineFlags() []string {
+	b, err := os.ReadFile("/proc/cmdline")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, w := range strings.Fields(string(b)) {
+		if rest, ok := strings.CutPrefix(w, "gmig."); ok {
+			out = append(out, "-"+rest)
+		}
+	}
+	return out
+}

@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"gmig/abi"
+	"gmig/guest"
+)
+
+// measure times trapped MMIO reads and writes and the doorbell round trip
+// (a FENCE submitted through the ring until the guest sees it complete), by
+// polling and by interrupt, and reports medians and 99th percentiles.
+func measure(ctx context.Context, bus guest.Bus, o options) bool {
+	n := o.measure
+	read := timeN(n, func() error { _, err := bus.ReadReg32(abi.RegID); return err })
+	write := timeN(n, func() error { return bus.WriteReg32(abi.RegScratch, 1) })
+	report("mmio read: %s", read)
+	report("mmio write: %s", write)
+	ok := read.err == nil && write.err == nil
+	modes := []bool{false}
+	if o.irq {
+		modes = append(modes, true)
+	}
+	for _, irq := range modes {
+		d, err := guest.Open(bus, guest.Options{Seed: o.seed, UseIRQ: irq})
+		if err != nil {
+			report("doorbell: opening the device: %v", err)
+			return false
+		}
+		rt := timeN(n/4+1, func() error {
+			v := d.Fence(abi.FenceInterrupt)
+			return d.Wait(ctx, v)
+		})
+		mode := "polling"
+		if irq {
+			mode = "interrupt"
+		}
+		report("doorbell round trip (%s): %s", mode, rt)
+		ok = ok && rt.err == nil
+	}
+	return ok
+}
+
+type timing struct {
+	n        int
+	p50, p99 time.Duration
+	err      error
+}
+
+func (t timing) String() string {
+	if t.err != nil {
+		return "error: " + t.err.Error()
+	}
+	return fmt.Sprintf("n=%d p50=%s p99=%s", t.n, t.p50, t.p99)
+}
+
+func timeN(n int, f func() error) timing {
+	ds := make([]time.Duration, 0, n)
+	for i := 0; i < n; i++ {
+		t0 := time.Now()
+		if err := f(); err != nil {
+			return timing{err: err}
+		}
+		ds = append(ds, time.Since(t0))
+	}
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	return timing{n: n, p50: ds[n/2], p99: ds[n*99/100]}
+}
+
+// workload runs the seeded workload with a heartbeat goroutine and reports
+// its digest.
+func workload(ctx context.Context, bus guest.Bus, o options) bool {
+	d, err := guest.Open(bus, guest.Options{Seed: o.seed, UseIRQ: o.irq})
+	if err != nil {
+		report("workload: opening the device: %v", err)
+		return false
+	}
+	w, err := guest.NewWorkload(o.seed, guest.WorkloadConfig{})
+	if err != nil {
+		report("workload: %v", err)
+		return false
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	if o.heartbeat > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(o.heartbeat)
+			defer tick.Stop()
+			for i := uint64(1); ; i++ {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+					_ = bus.WriteReg64(abi.RegHeartbeat, i)
+				}
+			}
+		}()
+	}
+	t0 := time.Now()
+	err = w.Run(ctx, d, o.steps)
+	close(stop)
+	wg.Wait()
+	if err != nil {
+		report("workload: %v", err)
+		return false
+	}
+	sum, err := w.Digest(d)
+	if err != nil {
+		report("workload: digest: %v", err)
+		return false
+	}
+	report("workload seed=%d steps=%d in %s digest=%s", o.seed, o.steps, time.Since(t0).Round(time.Millisecond), hex.EncodeToString(sum[:]))
+	return true
+}

@@ -1,0 +1,120 @@
+package tests
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"gmig/hostd"
+	"gmig/hostd/qemu"
+	"gmig/vgpu"
+)
+
+// heartbeats records the host time of each guest HEARTBEAT write.
+type heartbeats struct {
+	mu    sync.Mutex
+	times []time.Time
+}
+
+func (h *heartbeats) record(_ uint64, at time.Time) {
+	h.mu.Lock()
+	h.times = append(h.times, at)
+	h.mu.Unlock()
+}
+
+// maxGap is the largest interval between consecutive heartbeats.
+func (h *heartbeats) maxGap() (int, time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var gap time.Duration
+	for i := 1; i < len(h.times); i++ {
+		gap = max(gap, h.times[i].Sub(h.times[i-1]))
+	}
+	return len(h.times), gap
+}
+
+// TestGuestOnQEMU boots a Debian kernel under QEMU 11.1 + KVM with a gmig
+// vGPU attached over vfio-user; the guest program runs the latency
+// measurements, the correctness suite by polling and by interrupt, and a
+// short seeded workload with heartbeats; then everything shuts down and
+// nothing is left behind.
+func TestGuestOnQEMU(t *testing.T) {
+	e := needEnv(t)
+	runDir := t.TempDir()
+	h, err := hostd.New(hostd.Config{PoolSize: 64 << 20, RunDir: runDir, Log: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A first vGPU so the guest's lands at a nonzero pool offset.
+	if _, err := h.Create(vgpu.Config{Name: "other", MemSize: 8 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	var hb heartbeats
+	info, err := h.Create(vgpu.Config{Name: "gpu0", MemSize: 16 << 20, OnHeartbeat: hb.record})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	con := newConsole(t)
+	ctx, cancel := context.WithTimeout(context.Background(), e2eTimeout())
+	defer cancel()
+	start := time.Now()
+	vm, err := qemu.Start(ctx, qemu.Config{
+		Root: e.root, Kernel: e.kernel, Initrd: e.initrd,
+		Append:   "console=ttyS0 panic=-1 quiet gmig.steps=300 gmig.seed=7",
+		MemoryMB: 512, VfioUser: info.Socket, RunDir: runDir, Serial: con, Accel: e.accel,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := vm.Wait(ctx); err != nil {
+		con.dump()
+		t.Fatalf("QEMU: %v", err)
+	}
+	total := time.Since(start)
+
+	var result, device string
+	var bootAt time.Time
+	for _, l := range con.gmigLines() {
+		t.Log(l.text)
+		switch {
+		case strings.HasPrefix(l.text, "result "):
+			result = l.text
+		case strings.HasPrefix(l.text, "device "):
+			device, bootAt = l.text, l.at
+		}
+	}
+	if result != "result ok" {
+		con.dump()
+		t.Fatalf("guest reported %q", result)
+	}
+	if device == "" {
+		t.Fatal("guest never found the device")
+	}
+	n, gap := hb.maxGap()
+	if n < 10 {
+		t.Fatalf("host saw %d heartbeats", n)
+	}
+	t.Logf("boot to device found: %s; whole run %s; %d heartbeats, largest gap %s",
+		bootAt.Sub(start).Round(time.Millisecond), total.Round(time.Millisecond), n, gap.Round(time.Microsecond))
+	st, _ := h.Get("gpu0")
+	if st.Stats.Fences == 0 || st.Stats.Faults == 0 {
+		t.Fatalf("device stats %+v: want fences and the suite's deliberate faults", st.Stats)
+	}
+
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	left, _ := filepath.Glob(filepath.Join(runDir, "*"))
+	for _, f := range left {
+		if fi, err := os.Lstat(f); err == nil && fi.Mode()&os.ModeSocket != 0 {
+			t.Errorf("socket left behind: %s", f)
+		}
+	}
+}
