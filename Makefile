@@ -9,7 +9,7 @@ BIN        := $(CURDIR)/bin
 GOFLAGS    ?=
 FUZZTIME   ?= 30s
 
-.PHONY: all deps build test test-short vet fmt-check fuzz demo clean
+.PHONY: all deps build test vet fmt-check fuzz demo clean provision guest-image
 
 all: build
 
@@ -37,9 +37,19 @@ vet: deps
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
+# provision builds the end-to-end tests' QEMU 11.1 root and guest kernel
+# under .cache/ (scripts/provision.sh; cached, about 90 s the first time).
+provision:
+	@bash scripts/provision.sh
+
+# guest-image builds the guest's initramfs (/init = cmd/gmig-guest).
+guest-image: deps provision
+	@bash scripts/guest-image.sh
+
 # test is the README's test command and what CI runs (.ci/run). Every
-# package runs under the race detector; fuzz targets run their seed corpora.
-test: deps fmt-check vet
+# package runs under the race detector; fuzz targets run their seed corpora;
+# tests/ boots a real Linux guest under QEMU 11.1 with a vGPU.
+test: deps fmt-check vet guest-image
 	@start=$$(date +%s); \
 	GOTOOLCHAIN=auto $(GO) test -race -count=1 -timeout 30m ./... && \
 	echo "make test: all packages passed in $$(( $$(date +%s) - start ))s"
