@@ -1,0 +1,234 @@
+package stream
+
+import (
+	"fmt"
+	"hash/crc32"
+	"io"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// Writer writes a migration stream. Create it with NewWriter, send pages
+// and blobs in any order (at most one DeviceState), and finish with Close.
+// After an error from the underlying writer every call returns that error:
+// the stream is broken and the destination will discard it.
+type Writer struct {
+	w          io.Writer
+	batchPages int
+	buf        []byte // one PageBatch frame, reused
+	stats      Stats
+	sentState  bool
+	closed     bool
+	err        error
+}
+
+// NewWriter writes the stream header to w and returns a Writer that sends
+// batches of at most DefaultBatchPages pages.
+func NewWriter(w io.Writer) (*Writer, error) {
+	return NewWriterSize(w, DefaultBatchPages)
+}
+
+// NewWriterSize is NewWriter with batches of at most batchPages pages, for a
+// reader whose Limits.MaxBatchPages is below DefaultBatchPages or to tune
+// throughput. batchPages must be in 1..DefaultMaxBatchPages.
+func NewWriterSize(w io.Writer, batchPages int) (*Writer, error) {
+	if batchPages < 1 || batchPages > DefaultMaxBatchPages {
+		return nil, fmt.Errorf("stream: batch of %d pages: want 1..%d", batchPages, DefaultMaxBatchPages)
+	}
+	var h [HeaderSize]byte
+	copy(h[:], Magic)
+	le.PutUint16(h[8:], Version)
+	// h[10:12] flags and h[12:16] reserved stay zero.
+	if _, err := w.Write(h[:]); err != nil {
+		return nil, fmt.Errorf("stream: writing header: %w", err)
+	}
+	return &Writer{w: w, batchPages: batchPages, stats: Stats{Bytes: HeaderSize}}, nil
+}
+
+// Stats returns what the Writer has sent so far.
+func (w *Writer) Stats() Stats { return w.stats }
+
+// WritePages sends pages idx of mem, the whole partition (page p is
+// mem[p*PageSize:(p+1)*PageSize]), as PageBatch sections of at most the
+// Writer's batch size. All-zero pages go as RecordZero records without
+// data. If hashes is nil each page is copied once and hashed from the copy
+// that is sent; otherwise hashes[i] must be the xxhash64 of page idx[i] as
+// it is now, and mem must not change until WritePages returns (the VM is
+// stopped). It returns what this call sent; nothing is sent for an empty idx.
+func (w *Writer) WritePages(idx []uint32, mem []byte, hashes []uint64) (Stats, error) {
+	if hashes != nil && len(hashes) != len(idx) {
+		return Stats{}, fmt.Errorf("stream: %d hashes for %d pages", len(hashes), len(idx))
+	}
+	return w.writePages(idx, mem, hashes, nil)
+}
+
+// WritePagesLive is WritePages for memory that may change while it runs
+// (the VM is running): each page is copied once, and the copy is checked
+// for zeros, hashed and sent, so every page verifies on the destination.
+// sent[i] receives the hash of what was sent for idx[i], which is what the
+// destination now holds: dirty tracking must compare later hashes against
+// it, not against a hash taken before the send.
+func (w *Writer) WritePagesLive(idx []uint32, mem []byte, sent []uint64) (Stats, error) {
+	if len(sent) != len(idx) {
+		return Stats{}, fmt.Errorf("stream: room for %d hashes for %d pages", len(sent), len(idx))
+	}
+	return w.writePages(idx, mem, nil, sent)
+}
+
+func (w *Writer) writePages(idx []uint32, mem []byte, in, out []uint64) (Stats, error) {
+	if err := w.usable(); err != nil {
+		return Stats{}, err
+	}
+	npages := uint64(len(mem) / PageSize)
+	for i, p := range idx {
+		if uint64(p) >= npages {
+			return Stats{}, fmt.Errorf("%w: page %d (idx[%d]) of a %d-page partition", ErrPageIndex, p, i, npages)
+		}
+	}
+	if w.buf == nil {
+		w.buf = make([]byte, 0, FrameHeaderSize+BatchHeaderSize+w.batchPages*(RecordHeaderSize+PageSize)+FrameTrailerSize)
+	}
+	var st Stats
+	for start := 0; start < len(idx); start += w.batchPages {
+		end := min(start+w.batchPages, len(idx))
+		var bin, bout []uint64
+		if in != nil {
+			bin = in[start:end]
+		}
+		if out != nil {
+			bout = out[start:end]
+		}
+		bs, err := w.writeBatch(idx[start:end], mem, bin, bout)
+		st.add(bs)
+		if err != nil {
+			return st, err
+		}
+	}
+	return st, nil
+}
+
+// writeBatch builds one PageBatch frame in w.buf and writes it with one
+// Write. The caller has checked the indices against mem.
+func (w *Writer) writeBatch(idx []uint32, mem []byte, in, out []uint64) (Stats, error) {
+	b := w.buf[:FrameHeaderSize+BatchHeaderSize]
+	var zeros uint64
+	for i, p := range idx {
+		off := int(p) * PageSize
+		page := mem[off : off+PageSize]
+		rec := len(b)
+		b = b[:rec+RecordHeaderSize]
+		le.PutUint32(b[rec:], p)
+		b[rec+4], b[rec+5], b[rec+6], b[rec+7] = 0, 0, 0, 0
+		var h uint64
+		if isZero(page) {
+			// Zero when looked at: a consistent thing to send even if
+			// the page changes now.
+			b[rec+4] = RecordZero
+			h = zeroHash
+			zeros++
+		} else {
+			b = b[:rec+RecordHeaderSize+PageSize]
+			data := b[rec+RecordHeaderSize:]
+			copy(data, page)
+			if in != nil {
+				h = in[i]
+			} else {
+				h = xxhash.Sum64(data)
+			}
+		}
+		le.PutUint64(b[rec+8:], h)
+		if out != nil {
+			out[i] = h
+		}
+	}
+	b[0], b[1], b[2], b[3] = byte(PageBatch), 0, 0, 0
+	le.PutUint32(b[4:], uint32(len(b)-FrameHeaderSize))
+	le.PutUint32(b[FrameHeaderSize:], uint32(len(idx)))
+	b = le.AppendUint32(b, crc32.Checksum(b, castagnoli))
+	st := Stats{Sections: 1, Pages: uint64(len(idx)), ZeroPages: zeros, Bytes: uint64(len(b))}
+	if err := w.write(b); err != nil {
+		return Stats{}, fmt.Errorf("stream: writing PageBatch of %d pages: %w", len(idx), err)
+	}
+	w.stats.add(st)
+	return st, nil
+}
+
+// WriteBlob sends b as one section of blob type t (DeviceState, APILog,
+// FrontEnd or Meta). b must be at most DefaultMaxBlob bytes; a second
+// DeviceState is refused with ErrDuplicate.
+func (w *Writer) WriteBlob(t SectionType, b []byte) error {
+	if err := w.usable(); err != nil {
+		return err
+	}
+	if !t.IsBlob() {
+		return fmt.Errorf("%w: %v is not a blob section", ErrSectionType, t)
+	}
+	if len(b) > DefaultMaxBlob {
+		return fmt.Errorf("%w: %v of %d bytes, limit %d", ErrTooLarge, t, len(b), DefaultMaxBlob)
+	}
+	if t == DeviceState && w.sentState {
+		return fmt.Errorf("%w: second DeviceState", ErrDuplicate)
+	}
+	if err := w.writeFrame(t, b); err != nil {
+		return err
+	}
+	if t == DeviceState {
+		w.sentState = true
+	}
+	return nil
+}
+
+// Close sends the End section. It does not close the underlying writer.
+// Calls after the first return nil and send nothing.
+func (w *Writer) Close() error {
+	if w.closed {
+		return nil
+	}
+	if w.err != nil {
+		return w.err
+	}
+	if err := w.writeFrame(End, nil); err != nil {
+		return err
+	}
+	w.closed = true
+	return nil
+}
+
+// writeFrame sends one section: frame header, payload, CRC.
+func (w *Writer) writeFrame(t SectionType, payload []byte) error {
+	var h [FrameHeaderSize]byte
+	h[0] = byte(t)
+	le.PutUint32(h[4:], uint32(len(payload)))
+	crc := crc32.Update(crc32.Update(0, castagnoli, h[:]), castagnoli, payload)
+	var c [FrameTrailerSize]byte
+	le.PutUint32(c[:], crc)
+	for _, part := range [][]byte{h[:], payload, c[:]} {
+		if len(part) == 0 {
+			continue
+		}
+		if err := w.write(part); err != nil {
+			return fmt.Errorf("stream: writing %v section: %w", t, err)
+		}
+	}
+	w.stats.add(Stats{Sections: 1, Bytes: uint64(FrameHeaderSize + len(payload) + FrameTrailerSize)})
+	return nil
+}
+
+// write writes b whole; a failure sticks.
+func (w *Writer) write(b []byte) error {
+	if _, err := w.w.Write(b); err != nil {
+		w.err = fmt.Errorf("stream: write failed, stream broken: %w", err)
+		return err
+	}
+	return nil
+}
+
+func (w *Writer) usable() error {
+	if w.err != nil {
+		return w.err
+	}
+	if w.closed {
+		return ErrClosed
+	}
+	return nil
+}
