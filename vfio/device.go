@@ -23,6 +23,36 @@ type Device interface {
 	Reset() error
 }
 
+// Migrator is what a Device implements to migrate through the protocol
+// (VFIO_USER_DEVICE_FEATURE, VFIO_USER_MIG_DATA_READ/WRITE); the server finds
+// it with a type assertion on the Device. A device without it answers those
+// commands with ENOTSUP.
+//
+// The server keeps the FSM state (RUNNING at start and after a successful
+// Reset, which must also return the device's own migration state to
+// RUNNING), checks every request against it and calls the device once per
+// arc, from its one request goroutine. An error from SetMigState leaves the
+// state at from; one wrapping ErrMigStateLost, from any method, moves it to
+// ERROR.
+type Migrator interface {
+	// MigrationFlags returns the Migration* flags: MigrationStopCopy at least.
+	// The server leaves out MigrationP2P (vfio-user does not use the P2P
+	// states).
+	MigrationFlags() uint64
+	// SetMigState takes one arc of the FSM (MigArc(from, to, flags) holds).
+	SetMigState(from, to MigState) error
+	// MigDataRead fills p with the next bytes of the device's migration data
+	// in PRE_COPY or STOP_COPY. At the end of the STOP_COPY data it returns
+	// 0, io.EOF; in PRE_COPY, 0 and no error means nothing more for now.
+	MigDataRead(p []byte) (int, error)
+	// MigDataWrite takes the next bytes of incoming migration data in
+	// RESUMING; the arc RESUMING -> STOP checks the whole.
+	MigDataWrite(p []byte) error
+	// MigDataSize estimates the bytes STOP_COPY would produce now
+	// (VFIO_DEVICE_FEATURE_MIG_DATA_SIZE).
+	MigDataSize() (stopCopyBytes uint64)
+}
+
 // DeviceInfo mirrors struct vfio_device_info's payload fields.
 type DeviceInfo struct {
 	Flags      uint32 // DeviceFlag* bits

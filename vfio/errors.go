@@ -49,6 +49,7 @@ var sentinelErrnos = []struct {
 	{ErrFault, unix.EFAULT},
 	{ErrNotNegotiated, unix.EINVAL},
 	{ErrShort, unix.EINVAL},
+	{ErrMigStateLost, unix.EIO},
 }
 
 // errnoOf returns the errno to send for err: a syscall.Errno found in its

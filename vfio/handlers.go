@@ -17,9 +17,9 @@ type command struct {
 	maxFDs int     // descriptors the command may carry
 }
 
-// commands is the dispatch table. DEVICE_FEATURE and MIG_DATA_* are absent
-// until the device grows a migration interface; DMA_READ/DMA_WRITE go server
-// to client only.
+// commands is the dispatch table. DEVICE_FEATURE and MIG_DATA_* (in
+// migration_server.go) answer ENOTSUP for a device that is not a Migrator;
+// DMA_READ/DMA_WRITE go server to client only.
 var commands = [numCommands]command{
 	CmdVersion:             {handle: handleVersion},
 	CmdDMAMap:              {handle: handleDMAMap, maxFDs: 1},
@@ -32,6 +32,9 @@ var commands = [numCommands]command{
 	CmdRegionWrite:         {handle: handleRegionWrite},
 	CmdDeviceReset:         {handle: handleReset},
 	CmdRegionWriteMulti:    {handle: handleRegionWriteMulti},
+	CmdDeviceFeature:       {handle: handleDeviceFeature},
+	CmdMigDataRead:         {handle: handleMigDataRead},
+	CmdMigDataWrite:        {handle: handleMigDataWrite},
 }
 
 func lookupCommand(cmd uint16) command {
@@ -254,9 +257,16 @@ func handleRegionWriteMulti(s *session, m *message) ([]byte, []*os.File, error) 
 	return WriteMultiMsg{WrCnt: req.WrCnt}.Append(newFrame(WriteMultiSize)), nil, nil
 }
 
+// handleReset resets the device; a migrating device is then RUNNING, the
+// way out of ERROR (vfio.h: "To recover from ERROR VFIO_DEVICE_RESET must be
+// used to return the device_state back to RUNNING"). A failed reset leaves
+// the migration state as it was.
 func handleReset(s *session, m *message) ([]byte, []*os.File, error) {
 	if err := s.srv.dev.Reset(); err != nil {
 		return nil, nil, fmt.Errorf("vfio: device reset: %w", err)
+	}
+	if s.srv.mig != nil {
+		s.srv.mig.set(MigStateRunning)
 	}
 	return nil, nil, nil
 }

@@ -38,6 +38,7 @@ type Server struct {
 	irqs    *IRQTable
 	log     zerolog.Logger
 	maxXfer uint32
+	mig     *migration // nil: the device does not migrate through the protocol
 }
 
 // NewServer returns a server for cfg.Device.
@@ -52,6 +53,7 @@ func NewServer(cfg ServerConfig) *Server {
 	if s.maxXfer == 0 {
 		s.maxXfer = DefaultMaxDataXfer
 	}
+	s.mig = newMigration(cfg.Device)
 	return s
 }
 

@@ -119,6 +119,27 @@ const (
 	IRQSetActionTypeMask = IRQSetActionMask | IRQSetActionUnmask | IRQSetActionTrigger
 )
 
+// DEVICE_FEATURE flags: vfio-user.rst, "VFIO_USER_DEVICE_FEATURE";
+// linux/vfio.h VFIO_DEVICE_FEATURE_MASK/GET/SET/PROBE.
+const (
+	DeviceFeatureMask  uint32 = 0xffff  // bits 0-15: feature index
+	DeviceFeatureGet   uint32 = 1 << 16 // VFIO_DEVICE_FEATURE_GET
+	DeviceFeatureSet   uint32 = 1 << 17 // VFIO_DEVICE_FEATURE_SET
+	DeviceFeatureProbe uint32 = 1 << 18 // VFIO_DEVICE_FEATURE_PROBE
+)
+
+// Feature indices: vfio-user.rst, "Device Features" (1, 2, 6-8); MIG_DATA_SIZE
+// is linux/vfio.h's VFIO_DEVICE_FEATURE_MIG_DATA_SIZE, which the vfio-user
+// table does not list but this server answers.
+const (
+	FeatureMigration       uint32 = 1 // VFIO_DEVICE_FEATURE_MIGRATION
+	FeatureMigDeviceState  uint32 = 2 // VFIO_DEVICE_FEATURE_MIG_DEVICE_STATE
+	FeatureDMALoggingStart uint32 = 6 // VFIO_DEVICE_FEATURE_DMA_LOGGING_START
+	FeatureDMALoggingStop  uint32 = 7 // VFIO_DEVICE_FEATURE_DMA_LOGGING_STOP
+	FeatureDMALoggingRep   uint32 = 8 // VFIO_DEVICE_FEATURE_DMA_LOGGING_REPORT
+	FeatureMigDataSize     uint32 = 9 // VFIO_DEVICE_FEATURE_MIG_DATA_SIZE
+)
+
 // Region capabilities: linux/vfio.h VFIO_REGION_INFO_CAP_SPARSE_MMAP; version
 // 1 per vfio-user.rst, "VFIO sparse mmap cap header".
 const (
@@ -146,6 +167,9 @@ const (
 	WriteOneSize      = 24
 	DeviceFeatureSize = 8
 	MigDataSize       = 8
+	MigrationFeatSize = 8
+	MigStateFeatSize  = 8
+	MigDataSizeFeatSz = 8
 
 	// WriteOneMaxData is the largest write one WriteOne entry can carry
 	// ("This format can only describe writes of 8 bytes or less").

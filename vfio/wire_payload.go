@@ -410,3 +410,55 @@ func DecodeMigDataMsg(b []byte) (MigDataMsg, error) {
 	}
 	return MigDataMsg{Argsz: ne.Uint32(b[0:]), Size: ne.Uint32(b[4:])}, nil
 }
+
+// MigrationFeature mirrors struct vfio_device_feature_migration, the data of
+// a VFIO_DEVICE_FEATURE_MIGRATION GET reply (vfio-user.rst,
+// "VFIO_DEVICE_FEATURE_MIGRATION").
+type MigrationFeature struct {
+	Flags uint64 // Migration* bits
+}
+
+func (m MigrationFeature) Append(b []byte) []byte { return ne.AppendUint64(b, m.Flags) }
+
+func DecodeMigrationFeature(b []byte) (MigrationFeature, error) {
+	if len(b) < MigrationFeatSize {
+		return MigrationFeature{}, errShort("migration feature", MigrationFeatSize, len(b))
+	}
+	return MigrationFeature{Flags: ne.Uint64(b)}, nil
+}
+
+// MigStateFeature mirrors struct vfio_device_feature_mig_state, the data of
+// VFIO_DEVICE_FEATURE_MIG_DEVICE_STATE (vfio-user.rst,
+// "VFIO_DEVICE_FEATURE_MIG_DEVICE_STATE"). DataFD is unused in vfio-user;
+// this server answers a GET with -1.
+type MigStateFeature struct {
+	DeviceState uint32 // a MigState
+	DataFD      int32
+}
+
+func (m MigStateFeature) Append(b []byte) []byte {
+	b = ne.AppendUint32(b, m.DeviceState)
+	return ne.AppendUint32(b, uint32(m.DataFD))
+}
+
+func DecodeMigStateFeature(b []byte) (MigStateFeature, error) {
+	if len(b) < MigStateFeatSize {
+		return MigStateFeature{}, errShort("mig state feature", MigStateFeatSize, len(b))
+	}
+	return MigStateFeature{DeviceState: ne.Uint32(b[0:]), DataFD: int32(ne.Uint32(b[4:]))}, nil
+}
+
+// MigDataSizeFeature mirrors struct vfio_device_feature_mig_data_size, the
+// data of a VFIO_DEVICE_FEATURE_MIG_DATA_SIZE GET reply (linux/vfio.h).
+type MigDataSizeFeature struct {
+	StopCopyLength uint64
+}
+
+func (m MigDataSizeFeature) Append(b []byte) []byte { return ne.AppendUint64(b, m.StopCopyLength) }
+
+func DecodeMigDataSizeFeature(b []byte) (MigDataSizeFeature, error) {
+	if len(b) < MigDataSizeFeatSz {
+		return MigDataSizeFeature{}, errShort("mig data size feature", MigDataSizeFeatSz, len(b))
+	}
+	return MigDataSizeFeature{StopCopyLength: ne.Uint64(b)}, nil
+}
