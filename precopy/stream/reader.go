@@ -63,6 +63,8 @@ type Reader struct {
 	off      int64 // stream bytes consumed
 	sections int   // sections started, for error messages
 	sawState bool
+	cur      SectionType // section being read, for error messages
+	curStart int64       // its offset
 	stats    Stats
 	err      error
 }
@@ -147,7 +149,8 @@ func (r *Reader) next(mem []byte) (Section, error) {
 		return Section{}, fmt.Errorf("stream: reading section %d header at offset %d: %w", r.sections, start, err)
 	}
 	t, flags, res, n := SectionType(fh[0]), fh[1], le.Uint16(fh[2:]), le.Uint32(fh[4:])
-	at := func() string { return fmt.Sprintf("section %d (%v) at offset %d", r.sections, t, start) }
+	r.cur, r.curStart = t, start
+	at := r.at
 	if !t.known() {
 		return Section{}, fmt.Errorf("%w: %s: this reader cannot interpret it (corrupt stream or newer writer)", ErrSectionType, at())
 	}
@@ -177,7 +180,7 @@ func (r *Reader) next(mem []byte) (Section, error) {
 		s.Blob, crc, err = r.readBlob(n, crc)
 	}
 	if err != nil {
-		return Section{}, fmt.Errorf("%s: %w", at(), err)
+		return Section{}, err
 	}
 	var c [FrameTrailerSize]byte
 	if err := r.readFull(c[:]); err != nil {
@@ -200,6 +203,11 @@ func (r *Reader) next(mem []byte) (Section, error) {
 	return s, nil
 }
 
+// at says where the section being read is, for error messages.
+func (r *Reader) at() string {
+	return fmt.Sprintf("section %d (%v) at offset %d", r.sections, r.cur, r.curStart)
+}
+
 // readBlob reads an n-byte payload. The buffer grows as bytes arrive, so a
 // truncated stream that announces a large blob costs no more memory than it
 // sent (at most twice).
@@ -212,7 +220,7 @@ func (r *Reader) readBlob(n uint32, crc uint32) ([]byte, uint32, error) {
 		}
 		chunk := b[len(b):min(cap(b), int(n))]
 		if err := r.readFull(chunk); err != nil {
-			return nil, 0, fmt.Errorf("stream: reading payload byte %d of %d: %w", len(b), n, err)
+			return nil, 0, fmt.Errorf("stream: %s: reading payload byte %d of %d: %w", r.at(), len(b), n, err)
 		}
 		b = b[:len(b)+len(chunk)]
 	}
