@@ -231,12 +231,21 @@ type testServer struct {
 // until the test ends.
 func startServer(t testing.TB, maxXfer uint32) *testServer {
 	t.Helper()
-	ts := &testServer{path: filepath.Join(t.TempDir(), "vfio.sock"), dev: newFakeDevice(t)}
+	dev := newFakeDevice(t)
+	ts := startServerFor(t, dev, maxXfer)
+	ts.dev = dev
+	return ts
+}
+
+// startServerFor serves dev (ts.dev stays nil unless the caller sets it).
+func startServerFor(t testing.TB, dev Device, maxXfer uint32) *testServer {
+	t.Helper()
+	ts := &testServer{path: filepath.Join(t.TempDir(), "vfio.sock")}
 	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: ts.path, Net: "unix"})
 	if err != nil {
 		t.Fatalf("listen: %v", err)
 	}
-	ts.srv = NewServer(ServerConfig{Device: ts.dev, Log: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.DebugLevel), MaxDataXfer: maxXfer})
+	ts.srv = NewServer(ServerConfig{Device: dev, Log: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.DebugLevel), MaxDataXfer: maxXfer})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- ts.srv.Serve(ctx, l) }()
