@@ -67,6 +67,7 @@ type Reader struct {
 	curStart int64       // its offset
 	stats    Stats
 	err      error
+	scratch  [RecordHeaderSize]byte // frame headers, CRCs, record headers
 }
 
 // NewReader reads and checks the stream header from r.
@@ -144,50 +145,49 @@ func (r *Reader) CheckEOF() error {
 func (r *Reader) next(mem []byte) (Section, error) {
 	r.sections++
 	start := r.off
-	var fh [FrameHeaderSize]byte
-	if err := r.readFull(fh[:]); err != nil {
+	fh := r.scratch[:FrameHeaderSize]
+	if err := r.readFull(fh); err != nil {
 		return Section{}, fmt.Errorf("stream: reading section %d header at offset %d: %w", r.sections, start, err)
 	}
 	t, flags, res, n := SectionType(fh[0]), fh[1], le.Uint16(fh[2:]), le.Uint32(fh[4:])
 	r.cur, r.curStart = t, start
-	at := r.at
 	if !t.known() {
-		return Section{}, fmt.Errorf("%w: %s: this reader cannot interpret it (corrupt stream or newer writer)", ErrSectionType, at())
+		return Section{}, fmt.Errorf("%w: %s: this reader cannot interpret it (corrupt stream or newer writer)", ErrSectionType, r.at())
 	}
 	if flags != 0 || res != 0 {
-		return Section{}, fmt.Errorf("%w: %s: flags %#x, reserved %#x", ErrReserved, at(), flags, res)
+		return Section{}, fmt.Errorf("%w: %s: flags %#x, reserved %#x", ErrReserved, r.at(), flags, res)
 	}
-	crc := crc32.Update(0, castagnoli, fh[:])
+	crc := crc32.Update(0, castagnoli, fh)
 	s := Section{Type: t}
 	var err error
 	switch {
 	case t == PageBatch:
 		if uint64(n) > r.lim.maxBatchPayload() {
-			return Section{}, fmt.Errorf("%w: %s: %d bytes, limit %d (%d pages)", ErrTooLarge, at(), n, r.lim.maxBatchPayload(), r.lim.MaxBatchPages)
+			return Section{}, fmt.Errorf("%w: %s: %d bytes, limit %d (%d pages)", ErrTooLarge, r.at(), n, r.lim.maxBatchPayload(), r.lim.MaxBatchPages)
 		}
 		s.Pages, s.ZeroPages, crc, err = r.readBatch(mem, n, crc)
 	case t == End:
 		if n != 0 {
-			return Section{}, fmt.Errorf("%w: %s: %d payload bytes, want 0", ErrMalformed, at(), n)
+			return Section{}, fmt.Errorf("%w: %s: %d payload bytes, want 0", ErrMalformed, r.at(), n)
 		}
 	default:
 		if n > r.lim.MaxBlob {
-			return Section{}, fmt.Errorf("%w: %s: %d bytes, limit %d", ErrTooLarge, at(), n, r.lim.MaxBlob)
+			return Section{}, fmt.Errorf("%w: %s: %d bytes, limit %d", ErrTooLarge, r.at(), n, r.lim.MaxBlob)
 		}
 		if t == DeviceState && r.sawState {
-			return Section{}, fmt.Errorf("%w: %s: a stream carries one DeviceState", ErrDuplicate, at())
+			return Section{}, fmt.Errorf("%w: %s: a stream carries one DeviceState", ErrDuplicate, r.at())
 		}
 		s.Blob, crc, err = r.readBlob(n, crc)
 	}
 	if err != nil {
 		return Section{}, err
 	}
-	var c [FrameTrailerSize]byte
-	if err := r.readFull(c[:]); err != nil {
-		return Section{}, fmt.Errorf("stream: reading CRC of %s: %w", at(), err)
+	c := r.scratch[:FrameTrailerSize]
+	if err := r.readFull(c); err != nil {
+		return Section{}, fmt.Errorf("stream: reading CRC of %s: %w", r.at(), err)
 	}
-	if got := le.Uint32(c[:]); got != crc {
-		return Section{}, fmt.Errorf("%w: %s: stream has %#08x, content gives %#08x", ErrChecksum, at(), got, crc)
+	if got := le.Uint32(c); got != crc {
+		return Section{}, fmt.Errorf("%w: %s: stream has %#08x, content gives %#08x", ErrChecksum, r.at(), got, crc)
 	}
 	r.stats.Bytes += uint64(FrameHeaderSize) + uint64(n) + FrameTrailerSize
 	switch t {

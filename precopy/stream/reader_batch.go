@@ -17,12 +17,12 @@ func (r *Reader) readBatch(mem []byte, n uint32, crc uint32) (pages, zeros int, 
 	if n < BatchHeaderSize {
 		return 0, 0, 0, fmt.Errorf("%w: %s: %d-byte payload has no page count", ErrMalformed, r.at(), n)
 	}
-	var hb [RecordHeaderSize]byte
+	hb := r.scratch[:]
 	if err := r.readFull(hb[:BatchHeaderSize]); err != nil {
 		return 0, 0, 0, fmt.Errorf("stream: %s: reading page count: %w", r.at(), err)
 	}
 	crc = crc32.Update(crc, castagnoli, hb[:BatchHeaderSize])
-	count := le.Uint32(hb[:])
+	count := le.Uint32(hb)
 	if count > r.lim.MaxBatchPages {
 		return 0, 0, 0, fmt.Errorf("%w: %s: %d pages, limit %d", ErrTooLarge, r.at(), count, r.lim.MaxBatchPages)
 	}
@@ -34,11 +34,11 @@ func (r *Reader) readBatch(mem []byte, n uint32, crc uint32) (pages, zeros int, 
 		if body < RecordHeaderSize {
 			return 0, 0, 0, fmt.Errorf("%w: %s: payload ends inside record %d", ErrMalformed, r.at(), i)
 		}
-		if err := r.readFull(hb[:]); err != nil {
+		if err := r.readFull(hb); err != nil {
 			return 0, 0, 0, fmt.Errorf("stream: %s: reading record %d header: %w", r.at(), i, err)
 		}
 		body -= RecordHeaderSize
-		crc = crc32.Update(crc, castagnoli, hb[:])
+		crc = crc32.Update(crc, castagnoli, hb)
 		idx, flags, h := le.Uint32(hb[0:]), hb[4], le.Uint64(hb[8:])
 		if flags&^RecordZero != 0 || hb[5] != 0 || hb[6] != 0 || hb[7] != 0 {
 			return 0, 0, 0, fmt.Errorf("%w: %s: record %d (page %d): flags %#x, reserved % x", ErrReserved, r.at(), i, idx, flags, hb[5:8])

@@ -15,7 +15,8 @@ import (
 type Writer struct {
 	w          io.Writer
 	batchPages int
-	buf        []byte // one PageBatch frame, reused
+	buf        []byte                                   // one PageBatch frame, reused
+	frame      [FrameHeaderSize + FrameTrailerSize]byte // a blob's frame header and CRC
 	stats      Stats
 	sentState  bool
 	closed     bool
@@ -196,13 +197,12 @@ func (w *Writer) Close() error {
 
 // writeFrame sends one section: frame header, payload, CRC.
 func (w *Writer) writeFrame(t SectionType, payload []byte) error {
-	var h [FrameHeaderSize]byte
+	h, c := w.frame[:FrameHeaderSize], w.frame[FrameHeaderSize:]
+	clear(h)
 	h[0] = byte(t)
 	le.PutUint32(h[4:], uint32(len(payload)))
-	crc := crc32.Update(crc32.Update(0, castagnoli, h[:]), castagnoli, payload)
-	var c [FrameTrailerSize]byte
-	le.PutUint32(c[:], crc)
-	for _, part := range [][]byte{h[:], payload, c[:]} {
+	le.PutUint32(c, crc32.Update(crc32.Update(0, castagnoli, h), castagnoli, payload))
+	for _, part := range [][]byte{h, payload, c} {
 		if len(part) == 0 {
 			continue
 		}

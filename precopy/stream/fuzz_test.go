@@ -1,0 +1,49 @@
+package stream
+
+import (
+	"bytes"
+	"testing"
+)
+
+// FuzzReader feeds arbitrary bytes to a Reader, as they are and with their
+// frame CRCs recomputed (so the fuzzer reaches the checks behind the CRC).
+// Reading must end in an error or io.EOF, never panic, and never write
+// outside the memory it was given.
+func FuzzReader(f *testing.F) {
+	data, _ := smallStream(f)
+	f.Add(data)
+	empty := cat(header(Version, 0, 0), end)
+	f.Add(empty)
+	f.Add(cat(header(Version, 0, 0),
+		frame(PageBatch, 0, batch(2, record(0, RecordZero, zeroHash, nil), record(3, 0, goodHash, good))),
+		frame(DeviceState, 0, []byte(`{"Version":1}`)), end))
+	f.Add(cat(header(Version, 0, 0), frame(PageBatch, 0, batch(1, record(9, 0, goodHash, good))), end))
+	f.Add([]byte(Magic))
+
+	const pages = 4
+	const guard = PageSize
+	f.Fuzz(func(t *testing.T, data []byte) {
+		for _, d := range [][]byte{data, reseal(data)} {
+			backing := bytes.Repeat([]byte{0xa5}, pages*PageSize+guard)
+			mem := backing[:pages*PageSize] // cap reaches into the guard
+			r, err := NewReader(bytes.NewReader(d), Limits{MaxPages: pages, MaxBatchPages: 8, MaxBlob: 1 << 16})
+			if err != nil {
+				continue
+			}
+			for range 1000 {
+				s, err := r.Next(mem)
+				if err != nil {
+					break
+				}
+				if s.Pages > 8 || len(s.Blob) > 1<<16 {
+					t.Fatalf("section beyond limits: %d pages, %d-byte blob", s.Pages, len(s.Blob))
+				}
+			}
+			for i, b := range backing[pages*PageSize:] {
+				if b != 0xa5 {
+					t.Fatalf("wrote outside mem at byte %d past its end", i)
+				}
+			}
+		}
+	})
+}
