@@ -114,24 +114,48 @@ func serverMessageSeeds() [][]byte {
 		msg(12, CmdRegionWriteMulti, multi),
 		msg(13, CmdDeviceReset, nil),
 		msg(14, CmdDeviceFeature, DeviceFeatureMsg{Argsz: 16, Flags: 1<<16 | 1}.Append(nil)),
+		msg(15, CmdDeviceFeature, DeviceFeatureMsg{Argsz: 8, Flags: DeviceFeatureProbe | FeatureMigDeviceState}.Append(nil)),
+		msg(16, CmdDeviceFeature, DeviceFeatureMsg{Argsz: 16, Flags: DeviceFeatureGet | FeatureMigDataSize}.Append(nil)),
+		msg(17, CmdDeviceFeature, migState(MigStatePreCopy)),
+		msg(18, CmdMigDataRead, MigDataMsg{Argsz: MigDataSize + 64, Size: 64}.Append(nil)),
+		msg(19, CmdDeviceFeature, migState(MigStateStopCopy)),
+		msg(20, CmdMigDataRead, MigDataMsg{Argsz: MigDataSize + 4096, Size: 4096}.Append(nil)),
+		msg(21, CmdDeviceFeature, migState(MigStateResuming)),
+		msg(22, CmdMigDataWrite, append(MigDataMsg{Argsz: MigDataSize + 4, Size: 4}.Append(nil), 1, 2, 3, 4)),
+		msg(23, CmdDeviceFeature, migState(MigStateRunning)),
+		msg(24, CmdDeviceFeature, DeviceFeatureMsg{Argsz: 16, Flags: DeviceFeatureGet | FeatureMigDeviceState}.Append(nil)),
 	}
 }
 
+// migState is a DEVICE_FEATURE SET MIG_DEVICE_STATE payload.
+func migState(s MigState) []byte {
+	m := DeviceFeatureMsg{Argsz: DeviceFeatureSize + MigStateFeatSize, Flags: DeviceFeatureSet | FeatureMigDeviceState}.Append(nil)
+	return MigStateFeature{DeviceState: uint32(s), DataFD: -1}.Append(m)
+}
+
 // FuzzServerMessage feeds arbitrary bytes to a server's request loop (the
-// first byte's low bit says whether VERSION is already negotiated) against
-// the fake device. The loop must not panic and must end when the input does.
+// first byte's bit 0 says whether VERSION is already negotiated, bit 1
+// whether the device is the plain fake or a fresh migrating one). The loop
+// must not panic and must end when the input does.
 func FuzzServerMessage(f *testing.F) {
 	seeds := serverMessageSeeds()
 	for _, s := range seeds {
 		f.Add(append([]byte{1}, s...))
+		f.Add(append([]byte{3}, s...))
 	}
 	f.Add(append([]byte{0}, bytes.Join(seeds, nil)...))
-	dev := newFakeDevice(f)
+	f.Add(append([]byte{2}, bytes.Join(seeds, nil)...))
+	plain := newFakeDevice(f)
+	blob := migrationBlob(10 << 10)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if len(b) == 0 {
 			return
 		}
-		negotiated, b := b[0]&1 == 1, b[1:]
+		negotiated, b0, b := b[0]&1 == 1, b[0], b[1:]
+		var dev Device = plain
+		if b0&2 == 0 {
+			dev = newFakeMigrator(plain, MigrationStopCopy|MigrationPreCopy, blob, 1000)
+		}
 		cli, srvConn := socketPair(t)
 		defer cli.Close()
 		srv := NewServer(ServerConfig{Device: dev, Log: zerolog.Nop(), MaxDataXfer: 4096})
@@ -166,6 +190,9 @@ func FuzzServerMessage(f *testing.F) {
 		<-drained
 		if err := <-done; !isDisconnect(err) {
 			t.Fatalf("request loop ended with %v", err)
+		}
+		if fm, ok := dev.(*fakeMigrator); ok {
+			fm.takeHops(t) // fails on any call outside the Migrator contract
 		}
 	})
 }

@@ -51,6 +51,12 @@ var wireCases = []struct {
 		func(b []byte) (any, error) { return DecodeDeviceFeatureMsg(b) }},
 	{"MigDataMsg", MigDataSize, MigDataMsg{Argsz: 8, Size: 4096},
 		func(b []byte) (any, error) { return DecodeMigDataMsg(b) }},
+	{"MigrationFeature", MigrationFeatSize, MigrationFeature{Flags: MigrationStopCopy | MigrationPreCopy},
+		func(b []byte) (any, error) { return DecodeMigrationFeature(b) }},
+	{"MigStateFeature", MigStateFeatSize, MigStateFeature{DeviceState: uint32(MigStateStopCopy), DataFD: -1},
+		func(b []byte) (any, error) { return DecodeMigStateFeature(b) }},
+	{"MigDataSizeFeature", MigDataSizeFeatSz, MigDataSizeFeature{StopCopyLength: 1 << 33},
+		func(b []byte) (any, error) { return DecodeMigDataSizeFeature(b) }},
 }
 
 // TestWireSizes checks each struct against the size the specification's
