@@ -19,24 +19,33 @@ import (
 // heartbeats records the host time of each guest HEARTBEAT write.
 type heartbeats struct {
 	mu    sync.Mutex
-	times []time.Time
+	beats []beat
 }
 
-func (h *heartbeats) record(_ uint64, at time.Time) {
+type beat struct {
+	value uint64
+	at    time.Time
+}
+
+func (h *heartbeats) record(v uint64, at time.Time) {
 	h.mu.Lock()
-	h.times = append(h.times, at)
+	h.beats = append(h.beats, beat{v, at})
 	h.mu.Unlock()
 }
 
-// maxGap is the largest interval between consecutive heartbeats.
+// maxGap is the largest host-clock interval between two heartbeats the
+// guest wrote one after the other (values v and v+1): the longest the guest
+// was seen not running its heartbeat.
 func (h *heartbeats) maxGap() (int, time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var gap time.Duration
-	for i := 1; i < len(h.times); i++ {
-		gap = max(gap, h.times[i].Sub(h.times[i-1]))
+	for i := 1; i < len(h.beats); i++ {
+		if h.beats[i].value == h.beats[i-1].value+1 {
+			gap = max(gap, h.beats[i].at.Sub(h.beats[i-1].at))
+		}
 	}
-	return len(h.times), gap
+	return len(h.beats), gap
 }
 
 // TestGuestOnQEMU boots a Debian kernel under QEMU 11.1 + KVM with a gmig
@@ -68,7 +77,7 @@ func TestGuestOnQEMU(t *testing.T) {
 	vm, err := qemu.Start(ctx, qemu.Config{
 		Root: e.root, Kernel: e.kernel, Initrd: e.initrd,
 		Append:   "console=ttyS0 panic=-1 quiet gmig.steps=300 gmig.seed=7",
-		MemoryMB: 512, VfioUser: info.Socket, RunDir: runDir, Serial: con, Accel: e.accel,
+		MemoryMB: 512, CPUs: 2, VfioUser: info.Socket, RunDir: runDir, Serial: con, Accel: e.accel,
 	})
 	if err != nil {
 		t.Fatal(err)
