@@ -227,3 +227,22 @@ func TestLimitsValidated(t *testing.T) {
 		t.Error("MaxBatchPages whose batch cannot be framed accepted")
 	}
 }
+
+// A page whose data does not match its hash never reaches mem; the
+// verified pages before it do (the destination is discarded on error).
+func TestCorruptPageNotWritten(t *testing.T) {
+	bad := bytes.Clone(good)
+	bad[PageSize-1] ^= 0x80
+	data := cat(header(Version, 0, 0), frame(PageBatch, 0, batch(2, record(0, 0, goodHash, good), record(1, 0, goodHash, bad))), end)
+	mem := bytes.Repeat([]byte{0xee}, 2*PageSize)
+	_, err := readAll(data, Limits{}, mem)
+	if !errors.Is(err, ErrPageHash) || !strings.Contains(err.Error(), "page 1 ") {
+		t.Fatalf("got %v, want ErrPageHash naming page 1", err)
+	}
+	if !bytes.Equal(mem[:PageSize], good) {
+		t.Error("verified page 0 was not written")
+	}
+	if !bytes.Equal(mem[PageSize:], bytes.Repeat([]byte{0xee}, PageSize)) {
+		t.Error("corrupt page 1 was written")
+	}
+}
