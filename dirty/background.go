@@ -38,10 +38,11 @@ type bgRun struct {
 }
 
 // StartBackground starts re-hashing recorded pages on one goroutine while
-// the VM runs, at most pagesPerSec pages a second (no limit if <= 0).
-// A page whose content no longer matches its recording is marked dirty with
-// source Background, so Scan need not hash it during the downtime; pages
-// already marked or never recorded are skipped. The run ends when ctx does
+// the VM runs, examining at most pagesPerSec pages a second on average (no
+// limit if <= 0); pages already marked or never recorded are skipped at no
+// cost to the budget. A page whose content no longer matches its recording
+// (samples first, then the full hash, as in Scan) is marked dirty with
+// source Background, so Scan need not hash it during the downtime. The run ends when ctx does
 // or when stop is called; stop waits for the goroutine and returns the
 // run's statistics. stop must be called, and may be called more than once.
 // Only one run may exist at a time: calling StartBackground before the
