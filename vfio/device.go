@@ -35,9 +35,9 @@ type Device interface {
 // state at from; one wrapping ErrMigStateLost, from any method, moves it to
 // ERROR.
 type Migrator interface {
-	// MigrationFlags returns the Migration* flags: MigrationStopCopy at least.
-	// The server leaves out MigrationP2P (vfio-user does not use the P2P
-	// states).
+	// MigrationFlags returns the Migration* flags, asked once by NewServer.
+	// Without MigrationStopCopy the device does not migrate (ENOTSUP); the
+	// server leaves out MigrationP2P (vfio-user does not use the P2P states).
 	MigrationFlags() uint64
 	// SetMigState takes one arc of the FSM (MigArc(from, to, flags) holds).
 	SetMigState(from, to MigState) error

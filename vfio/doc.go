@@ -13,7 +13,29 @@
 //	version.go       VERSION negotiation and capabilities JSON
 //	dma.go           DMATable: client memory windows (mmap in dma_mmap.go)
 //	irq.go           IRQTable: eventfds, INTx auto-mask, MSI
-//	client.go        Client
+//	migration.go     the migration v2 FSM: MigState, arcs, NextHop
+//	migration_server.go  DEVICE_FEATURE, MIG_DATA_READ/WRITE for a Migrator
+//	client.go        Client (migration_client.go: its migration methods)
+//
+// Commands served: VERSION, DMA_MAP, DMA_UNMAP, DEVICE_GET_INFO,
+// DEVICE_GET_REGION_INFO, DEVICE_GET_IRQ_INFO, DEVICE_SET_IRQS, REGION_READ,
+// REGION_WRITE (posted too), DEVICE_RESET, REGION_WRITE_MULTI, and, when the
+// Device is also a Migrator, DEVICE_FEATURE (MIGRATION, MIG_DEVICE_STATE,
+// MIG_DATA_SIZE; the DMA logging features answer ENOTSUP) with MIG_DATA_READ
+// and MIG_DATA_WRITE. Anything else, DEVICE_GET_REGION_IO_FDS included, and
+// the migration commands for a device that does not migrate, get ENOTSUP.
+//
+// # Migration
+//
+// The server keeps a Migrator's FSM state (RUNNING at start, kept across
+// connections), walks each requested state one arc at a time as NextHop
+// gives them, calling Migrator.SetMigState per arc, and allows MIG_DATA_READ
+// only in PRE_COPY and STOP_COPY and MIG_DATA_WRITE only in RESUMING
+// (EINVAL otherwise). A failing arc leaves the state where the last good arc
+// ended; an error wrapping ErrMigStateLost puts the FSM in ERROR, which only
+// DEVICE_RESET leaves (back to RUNNING). The P2P states are not offered:
+// vfio-user does not use them, so the server drops MigrationP2P from the
+// device's flags and the device sees the arcs of a device without P2P.
 //
 // Behaviour QEMU 11.1's client depends on is recorded in
 // shared/notes/qemu-vfio-user.md and cited where the code follows it.
@@ -25,13 +47,15 @@
 // shared with device goroutines and lock internally; neither calls out while
 // holding its lock except to write an eventfd, and neither takes the
 // other's lock, so there is no lock order between them. IRQTable's unmask
-// watcher goroutine takes IRQTable.mu only.
+// watcher goroutine takes IRQTable.mu only. The migration state has its own
+// mutex (for Server.MigState), never held while calling the device.
 //
 // # Errors
 //
 // Requests that fail get an error reply carrying an errno: a syscall.Errno
 // found in the error chain is sent as is, a sentinel of this package
-// (ErrInvalid, ErrOverlap, ...) as its errno, anything else as EINVAL.
+// (ErrInvalid, ErrOverlap, ErrMigStateLost, ...) as its errno, anything
+// else as EINVAL.
 // Client methods return server errors wrapping the syscall.Errno, so
 // errors.Is(err, unix.EINVAL) works.
 package vfio
