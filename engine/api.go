@@ -65,4 +65,9 @@ type Events interface {
 	// Wrote is called after a command wrote graphics memory, with the host
 	// extents it wrote (exact dirty tracking).
 	Wrote(xs []gtt.Extent)
+	// KernelLoaded and KernelUnloaded are called when a KERNEL_LOAD or
+	// KERNEL_UNLOAD succeeds: kernel objects are state that does not live
+	// in graphics memory (the API log records them).
+	KernelLoaded(handle, kind uint32)
+	KernelUnloaded(handle uint32)
 }

@@ -387,3 +387,5 @@ type nopEvents struct{}
 func (nopEvents) FenceCompleted(uint64, bool) {}
 func (nopEvents) Faulted(Fault)               {}
 func (nopEvents) Wrote([]gtt.Extent)          {}
+func (nopEvents) KernelLoaded(uint32, uint32) {}
+func (nopEvents) KernelUnloaded(uint32)       {}

@@ -279,6 +279,14 @@ func TestEngineMaxKernels(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.e.Resume()
+	// Kernel events: every successful load and unload, none for the refused 65th.
+	h.ev.mu.Lock()
+	kev := append([]kernelEvent(nil), h.ev.kernels...)
+	h.ev.mu.Unlock()
+	if len(kev) != abi.MaxKernels+2 || kev[0] != (kernelEvent{100, 1, true}) ||
+		kev[len(kev)-2] != (kernelEvent{100, 0, false}) || kev[len(kev)-1] != (kernelEvent{1, abi.KernelSaxpy, true}) {
+		t.Fatalf("kernel events: %d, ends %+v", len(kev), kev[max(0, len(kev)-2):])
+	}
 	if len(s.Kernels) != abi.MaxKernels || s.Kernels[0] != (KernelObject{Handle: 1, Kind: abi.KernelSaxpy}) {
 		t.Fatalf("saved kernels %+v", s.Kernels)
 	}

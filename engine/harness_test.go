@@ -84,10 +84,29 @@ func (r *fakeRAM) WriteAt(p []byte, gpa uint64) error {
 
 // recorder keeps every event.
 type recorder struct {
-	mu     sync.Mutex
-	fences []fenceEvent
-	faults []Fault
-	wrote  [][]gtt.Extent
+	mu      sync.Mutex
+	fences  []fenceEvent
+	faults  []Fault
+	wrote   [][]gtt.Extent
+	kernels []kernelEvent
+}
+
+// kernelEvent is a KernelLoaded (loaded) or KernelUnloaded call.
+type kernelEvent struct {
+	handle, kind uint32
+	loaded       bool
+}
+
+func (r *recorder) KernelLoaded(h, k uint32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.kernels = append(r.kernels, kernelEvent{h, k, true})
+}
+
+func (r *recorder) KernelUnloaded(h uint32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.kernels = append(r.kernels, kernelEvent{h, 0, false})
 }
 
 type fenceEvent struct {

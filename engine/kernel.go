@@ -27,24 +27,29 @@ func (e *Engine) execKernelLoad(c KernelLoad) result {
 		return kernelFail("unknown kind %d", c.Kind)
 	}
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	if _, ok := e.kernels[c.Handle]; ok {
+		e.mu.Unlock()
 		return kernelFail("handle %d in use", c.Handle)
 	}
-	if len(e.kernels) >= abi.MaxKernels {
-		return kernelFail("%d kernels loaded already", len(e.kernels))
+	if n := len(e.kernels); n >= abi.MaxKernels {
+		e.mu.Unlock()
+		return kernelFail("%d kernels loaded already", n)
 	}
 	e.kernels[c.Handle] = c.Kind
+	e.mu.Unlock()
+	e.cfg.Events.KernelLoaded(c.Handle, c.Kind)
 	return result{}
 }
 
 func (e *Engine) execKernelUnload(c KernelUnload) result {
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	if _, ok := e.kernels[c.Handle]; !ok {
+	_, ok := e.kernels[c.Handle]
+	delete(e.kernels, c.Handle)
+	e.mu.Unlock()
+	if !ok {
 		return kernelFail("unload of unknown handle %d", c.Handle)
 	}
-	delete(e.kernels, c.Handle)
+	e.cfg.Events.KernelUnloaded(c.Handle)
 	return result{}
 }
 

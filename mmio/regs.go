@@ -37,6 +37,9 @@ type Config struct {
 	Reset func()
 	// Heartbeat is called (unlocked) after each write to HEARTBEAT.
 	Heartbeat func(value uint64)
+	// Interrupts, if set, is called (locked) whenever INT_STATUS or
+	// INT_MASK changes, with their new values (the API log records them).
+	Interrupts func(status, mask uint32)
 }
 
 // State is the register file's own state (docs/device-abi.md §3): plain data.
@@ -134,9 +137,12 @@ func field(sel func(*State) *uint32) func(*RegisterFile) uint64 {
 func (f *RegisterFile) update(change func(*State)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	before := f.st.IntStatus & f.st.IntMask
+	status, mask := f.st.IntStatus, f.st.IntMask
 	change(&f.st)
-	f.notifyLocked(before)
+	if f.cfg.Interrupts != nil && (f.st.IntStatus != status || f.st.IntMask != mask) {
+		f.cfg.Interrupts(f.st.IntStatus, f.st.IntMask)
+	}
+	f.notifyLocked(status & mask)
 }
 
 func (f *RegisterFile) notifyLocked(before uint32) {

@@ -3,6 +3,7 @@ package mmio
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"testing"
 
 	"gmig/abi"
@@ -187,6 +188,14 @@ func TestDoorbellAndControlErrors(t *testing.T) {
 
 func TestInterruptStatusMask(t *testing.T) {
 	h := newHarness()
+	var seen [][2]uint32
+	h.f.cfg.Interrupts = func(s, m uint32) { seen = append(seen, [2]uint32{s, m}) }
+	defer func() {
+		want := [][2]uint32{{abi.IntFence, 0}, {abi.IntFence, abi.IntFence}, {0, abi.IntFence}}
+		if fmt.Sprint(seen) != fmt.Sprint(want) {
+			t.Errorf("interrupt-state changes %v, want %v", seen, want)
+		}
+	}()
 	h.f.Raise(abi.IntFence)
 	if h.pending != 0 || len(h.rising) != 0 {
 		t.Fatalf("masked cause delivered: pending %#x rising %v", h.pending, h.rising)

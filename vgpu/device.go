@@ -6,6 +6,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"gmig/abi"
+	"gmig/apilog"
 	"gmig/vfio"
 )
 
@@ -108,6 +109,7 @@ func (v *VGPU) WriteRegion(index uint32, off uint64, p []byte) error {
 		if err := v.pci.Write(off, p); err != nil {
 			return err
 		}
+		v.recordConfigWrite(off, p)
 		v.regs.Renotify()
 		return nil
 	}
@@ -129,4 +131,22 @@ func checkRange(off uint64, n int, size uint64) error {
 		return fmt.Errorf("vgpu: access of %d bytes at %#x outside region of %#x bytes: %w", n, off, size, unix.EINVAL)
 	}
 	return nil
+}
+
+// recordConfigWrite adds a guest config write to the API log: one entry for
+// an aligned 1-, 2- or 4-byte write (what QEMU sends), byte entries
+// otherwise.
+func (v *VGPU) recordConfigWrite(off uint64, p []byte) {
+	n := len(p)
+	if (n == 1 || n == 2 || n == 4) && off%uint64(n) == 0 {
+		var val uint32
+		for i := n - 1; i >= 0; i-- {
+			val = val<<8 | uint32(p[i])
+		}
+		v.apiLog.Record(apilog.Entry{Kind: apilog.ConfigWrite, Offset: uint16(off), Size: uint8(n), Arg: val})
+		return
+	}
+	for i, b := range p {
+		v.apiLog.Record(apilog.Entry{Kind: apilog.ConfigWrite, Offset: uint16(off) + uint16(i), Size: 1, Arg: uint32(b)})
+	}
 }

@@ -2,6 +2,7 @@ package vgpu
 
 import (
 	"gmig/abi"
+	"gmig/apilog"
 	"gmig/engine"
 	"gmig/gtt"
 )
@@ -27,8 +28,9 @@ func (v *VGPU) deliver(pending, rising uint32) {
 // events adapts the vGPU to engine.Events.
 type events struct{ v *VGPU }
 
-func (e events) FenceCompleted(_ uint64, interrupt bool) {
+func (e events) FenceCompleted(value uint64, interrupt bool) {
 	e.v.fences.Add(1)
+	e.v.apiLog.Record(apilog.Entry{Kind: apilog.Fence, Value: value})
 	if interrupt {
 		e.v.regs.Raise(abi.IntFence)
 	}
@@ -41,4 +43,12 @@ func (e events) Faulted(f engine.Fault) {
 
 func (e events) Wrote(xs []gtt.Extent) {
 	e.v.written.Add(gtt.TotalLen(xs))
+}
+
+func (e events) KernelLoaded(handle, kind uint32) {
+	e.v.apiLog.Record(apilog.Entry{Kind: apilog.KernelLoad, Handle: handle, Arg: kind})
+}
+
+func (e events) KernelUnloaded(handle uint32) {
+	e.v.apiLog.Record(apilog.Entry{Kind: apilog.KernelUnload, Handle: handle})
 }

@@ -123,4 +123,5 @@ func (v *VGPU) reset() {
 	v.eng.Reset()
 	v.gtt.Reset()
 	v.regs.Reset()
+	v.apiLog.Reset()
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"gmig/abi"
+	"gmig/apilog"
 	"gmig/engine"
 	"gmig/gtt"
 	"gmig/mmio"
@@ -70,12 +71,13 @@ type VGPU struct {
 	pool *pool.Pool
 	part pool.Partition
 
-	pci  *pci.Config
-	regs *mmio.RegisterFile
-	gtt  *gtt.Table
-	eng  *engine.Engine
-	dma  *vfio.DMATable
-	irqs *vfio.IRQTable
+	pci    *pci.Config
+	regs   *mmio.RegisterFile
+	gtt    *gtt.Table
+	eng    *engine.Engine
+	dma    *vfio.DMATable
+	irqs   *vfio.IRQTable
+	apiLog *apilog.Log // what memory hashes cannot capture, for migration
 
 	fences, faults, written, beats atomic.Uint64
 
@@ -105,12 +107,13 @@ func New(cfg Config, p *pool.Pool, log zerolog.Logger) (*VGPU, error) {
 // build wires the parts of a vGPU around an allocated partition.
 func build(cfg Config, p *pool.Pool, part pool.Partition, log zerolog.Logger) (*VGPU, error) {
 	v := &VGPU{
-		cfg:  cfg,
-		log:  log.With().Str("vgpu", cfg.Name).Logger(),
-		pool: p,
-		part: part,
-		dma:  vfio.NewDMATable(),
-		irqs: vfio.NewIRQTable(),
+		cfg:    cfg,
+		log:    log.With().Str("vgpu", cfg.Name).Logger(),
+		pool:   p,
+		part:   part,
+		dma:    vfio.NewDMATable(),
+		irqs:   vfio.NewIRQTable(),
+		apiLog: apilog.New(),
 	}
 	var err error
 	if v.pci, err = pci.New(identity, bars(cfg.MemSize), true); err != nil {
@@ -133,6 +136,9 @@ func build(cfg Config, p *pool.Pool, part pool.Partition, log zerolog.Logger) (*
 		Notify:    v.deliver,
 		Reset:     func() { v.reset() },
 		Heartbeat: v.heartbeat,
+		Interrupts: func(status, mask uint32) {
+			v.apiLog.Record(apilog.Entry{Kind: apilog.Interrupts, Handle: status, Arg: mask})
+		},
 	})
 	v.eng.Start()
 	return v, nil
@@ -179,6 +185,10 @@ func (v *VGPU) Stats() Stats {
 		Heartbeats:   v.beats.Load(),
 	}
 }
+
+// APILog returns the vGPU's API log: kernel objects, the last fence, the
+// interrupt state and the guest's config writes, compacted as recorded.
+func (v *VGPU) APILog() *apilog.Log { return v.apiLog }
 
 // Engine returns the vGPU's engine, for quiescing and inspection.
 func (v *VGPU) Engine() *engine.Engine { return v.eng }
