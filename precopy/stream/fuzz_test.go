@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"bufio"
 	"bytes"
 	"testing"
 )
@@ -22,11 +23,15 @@ func FuzzReader(f *testing.F) {
 
 	const pages = 4
 	const guard = PageSize
+	// One buffered reader for all inputs, which NewReader adopts: no
+	// 256 KiB buffer per input.
+	br := bufio.NewReaderSize(nil, readBufferSize)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		for _, d := range [][]byte{data, reseal(data)} {
 			backing := bytes.Repeat([]byte{0xa5}, pages*PageSize+guard)
 			mem := backing[:pages*PageSize] // cap reaches into the guard
-			r, err := NewReader(bytes.NewReader(d), Limits{MaxPages: pages, MaxBatchPages: 8, MaxBlob: 1 << 16})
+			br.Reset(bytes.NewReader(d))
+			r, err := NewReader(br, Limits{MaxPages: pages, MaxBatchPages: 8, MaxBlob: 1 << 16})
 			if err != nil {
 				continue
 			}

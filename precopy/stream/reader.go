@@ -70,7 +70,9 @@ type Reader struct {
 	scratch  [RecordHeaderSize]byte // frame headers, CRCs, record headers
 }
 
-// NewReader reads and checks the stream header from r.
+// NewReader reads and checks the stream header from r. It reads through a
+// 256 KiB buffer; if r is a *bufio.Reader at least that large, it is used
+// as is.
 func NewReader(r io.Reader, lim Limits) (*Reader, error) {
 	lim, err := lim.withDefaults()
 	if err != nil {
