@@ -43,6 +43,12 @@ func (e events) Faulted(f engine.Fault) {
 
 func (e events) Wrote(xs []gtt.Extent) {
 	e.v.written.Add(gtt.TotalLen(xs))
+	if f := e.v.wroteHook.Load(); f != nil {
+		base := e.v.part.Offset
+		for _, x := range xs {
+			(*f)(x.Off-base, x.Len)
+		}
+	}
 }
 
 func (e events) KernelLoaded(handle, kind uint32) {

@@ -80,6 +80,7 @@ type VGPU struct {
 	apiLog *apilog.Log // what memory hashes cannot capture, for migration
 
 	fences, faults, written, beats atomic.Uint64
+	wroteHook                      atomic.Pointer[func(off, n uint64)]
 
 	closeOnce sync.Once
 }
@@ -184,6 +185,18 @@ func (v *VGPU) Stats() Stats {
 		BytesWritten: v.written.Load(),
 		Heartbeats:   v.beats.Load(),
 	}
+}
+
+// ObserveWrites makes the engine report every graphics-memory range it
+// writes to f, as byte offsets into Memory(), until ObserveWrites(nil). f is
+// called from the engine goroutine and must be quick (a dirty tracker's
+// MarkWritten).
+func (v *VGPU) ObserveWrites(f func(off, n uint64)) {
+	if f == nil {
+		v.wroteHook.Store(nil)
+		return
+	}
+	v.wroteHook.Store(&f)
 }
 
 // APILog returns the vGPU's API log: kernel objects, the last fence, the

@@ -1,6 +1,7 @@
 package vgpu
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"reflect"
@@ -258,5 +259,35 @@ func TestCloseFreesPartition(t *testing.T) {
 	w := newVGPU(t, p, "w", 2<<20)
 	if w.Memory()[0] != 0 {
 		t.Fatal("a new vGPU saw the previous tenant's memory")
+	}
+}
+
+// TestObserveWrites drives one FILL through the ring and checks the
+// observer sees exactly the partition range it wrote.
+func TestObserveWrites(t *testing.T) {
+	p := newPool(t, 8<<20)
+	_ = newVGPU(t, p, "pad", 1<<20)
+	v := newVGPU(t, p, "v", 1<<20)
+	type rng struct{ off, n uint64 }
+	got := make(chan rng, 16)
+	v.ObserveWrites(func(off, n uint64) { got <- rng{off, n} })
+	// GTT: graphics page 0 -> aperture page 5 (the ring), graphics page 1 -> aperture page 9.
+	write(t, v, abi.BARRegs, abi.GTTOffset, put64(5<<abi.PageShift|abi.GTTValid|abi.GTTWritable))
+	write(t, v, abi.BARRegs, abi.GTTOffset+8, put64(9<<abi.PageShift|abi.GTTValid|abi.GTTWritable))
+	write(t, v, abi.BARRegs, abi.RegRingBase, put64(0))
+	write(t, v, abi.BARRegs, abi.RegRingSize, put32(abi.PageSize))
+	write(t, v, abi.BARRegs, abi.RegControl, put32(abi.ControlEnable))
+	cmd := abi.CmdFill{Header: abi.CmdHeader{Opcode: abi.OpFill, Size: abi.CmdFillSize}, Dst: abi.PageSize + 64, Len: 128, Pattern: 7}
+	var b bytes.Buffer
+	if err := binary.Write(&b, binary.LittleEndian, cmd); err != nil {
+		t.Fatal(err)
+	}
+	copy(v.Memory()[5*abi.PageSize:], b.Bytes())
+	write(t, v, abi.BARRegs, abi.RegDoorbell, put32(abi.CmdFillSize))
+	if r := <-got; r != (rng{9*abi.PageSize + 64, 128}) {
+		t.Fatalf("observed %+v, want the FILL's range in aperture page 9", r)
+	}
+	if v.Memory()[9*abi.PageSize+64] != 7 {
+		t.Fatal("the FILL did not land")
 	}
 }
