@@ -197,14 +197,15 @@ func (d *Driver) allocStaging() error {
 	return nil
 }
 
-// Rebind moves the driver onto a new bus to the same, still running device
-// — after the client (QEMU) reconnected — keeping its mappings, allocations,
-// ring position and fence count. The device must be idle at its last fence;
-// the DMA staging buffer is allocated again from the new bus.
+// Rebind moves the driver onto a new bus to the same device — after the
+// client (QEMU) reconnected, or after a migration — keeping its mappings,
+// allocations, ring position and fence count. Commands may be in flight:
+// the device carries on with what was flushed, and commands written to the
+// ring but not yet flushed are in graphics memory and are flushed as usual.
+// The DMA staging buffer is allocated again from the new bus, which must
+// hand out the same guest-physical addresses over the same guest RAM (as a
+// migrated VM's RAM is).
 func (d *Driver) Rebind(bus Bus) error {
-	if d.tail != d.flushed {
-		return fmt.Errorf("guest: rebinding with commands submitted but not flushed")
-	}
 	d.bus, d.err = bus, nil
 	base, err := bus.ReadReg64(abi.RegRingBase)
 	if err != nil {

@@ -53,8 +53,9 @@ func (c WorkloadConfig) withDefaults() WorkloadConfig {
 // stores into the aperture; every step ends at a fence. Same seed, same
 // config: the same operations and the same final graphics memory.
 type Workload struct {
-	cfg  WorkloadConfig
-	plan planner
+	cfg    WorkloadConfig
+	plan   planner
+	gateFn func(ctx context.Context) error
 
 	base  uint64 // graphics address of the region (allocated on first step)
 	fence uint64 // graphics address of the workload's WRITE_MEM fence slot
@@ -116,6 +117,20 @@ func (w *Workload) OpCounts() map[OpKind]uint64 {
 // Region is the graphics range the workload uses (valid after a step).
 func (w *Workload) Region() (ga, size uint64) { return w.base, w.cfg.MemSize }
 
+// SetGate installs a function the workload calls before each operation and
+// before each step's closing fence; it may block. A simulator uses it to
+// stop the guest at an arbitrary point between operations, as a VM stop
+// freezes a guest wherever it is, with commands still in flight on the
+// device. The gate's error ends the step.
+func (w *Workload) SetGate(g func(ctx context.Context) error) { w.gateFn = g }
+
+func (w *Workload) gate(ctx context.Context) error {
+	if w.gateFn == nil {
+		return nil
+	}
+	return w.gateFn(ctx)
+}
+
 // Run runs steps steps.
 func (w *Workload) Run(ctx context.Context, d *Driver, steps int) error {
 	for range steps {
@@ -137,10 +152,16 @@ func (w *Workload) Step(ctx context.Context, d *Driver) error {
 	ops := w.Next()
 	w.pendingReads, w.stageUsed, w.submitted = w.pendingReads[:0], 0, false
 	for _, op := range ops {
+		if err := w.gate(ctx); err != nil {
+			return err
+		}
 		if err := w.exec(ctx, d, op); err != nil {
 			return fmt.Errorf("guest: workload step %d: %s: %w", w.steps, op, err)
 		}
 		w.ops[op.Kind]++
+	}
+	if err := w.gate(ctx); err != nil {
+		return err
 	}
 	v := d.FenceAt(abi.FenceWriteMem, w.fence)
 	if err := d.Wait(ctx, v); err != nil {

@@ -24,6 +24,12 @@ type Options struct {
 	// GTTPerEntry writes the GTT one 8-byte store per entry, as a real guest
 	// does, instead of batching entries into one region write.
 	GTTPerEntry bool
+	// RAM, if set, is the guest RAM to use instead of a fresh memfd: a
+	// simulator that re-attaches to a migration's destination keeps its RAM,
+	// as QEMU's migration carries it. Its size must be RAMSize (or RAMSize
+	// 0 to take the file's). The Bus duplicates the descriptor; the caller
+	// keeps its own.
+	RAM *os.File
 }
 
 // DefaultRAMSize is the guest RAM Attach creates by default.
@@ -53,6 +59,13 @@ var _ guest.Bus = (*Bus)(nil)
 // Attach connects to the vGPU served at socketPath and brings it up as QEMU
 // and guest firmware would. Close releases everything.
 func Attach(socketPath string, opts Options) (*Bus, error) {
+	if opts.RAMSize == 0 && opts.RAM != nil {
+		fi, err := opts.RAM.Stat()
+		if err != nil {
+			return nil, fmt.Errorf("sim: guest RAM file: %w", err)
+		}
+		opts.RAMSize = uint64(fi.Size())
+	}
 	if opts.RAMSize == 0 {
 		opts.RAMSize = DefaultRAMSize
 	}
@@ -79,7 +92,12 @@ func (b *Bus) attach() error {
 	if info.Flags&vfio.DeviceFlagPCI == 0 || info.NumRegions <= vfio.PCIConfigRegionIndex {
 		return fmt.Errorf("sim: not a PCI device (flags %#x, %d regions)", info.Flags, info.NumRegions)
 	}
-	if b.ramFile, b.ram, err = newMemfd("gmig-guest-ram", b.opts.RAMSize); err != nil {
+	if b.opts.RAM != nil {
+		b.ramFile, b.ram, err = reuseRAM(b.opts.RAM, b.opts.RAMSize)
+	} else {
+		b.ramFile, b.ram, err = newMemfd("gmig-guest-ram", b.opts.RAMSize)
+	}
+	if err != nil {
 		return err
 	}
 	b.dma = ram{mem: b.ram}
@@ -148,6 +166,10 @@ func (b *Bus) Client() *vfio.Client { return b.c }
 
 // RAM is guest RAM (GPA = offset).
 func (b *Bus) RAM() []byte { return b.ram }
+
+// RAMFile returns the guest RAM's memfd, for a later Attach with
+// Options.RAM (valid until Close).
+func (b *Bus) RAMFile() *os.File { return b.ramFile }
 
 // ReadReg32 implements guest.Bus.
 func (b *Bus) ReadReg32(off uint32) (uint32, error) {

@@ -50,3 +50,26 @@ func newEventfd(name string) (*os.File, error) {
 	}
 	return os.NewFile(uintptr(fd), name), nil
 }
+
+// reuseRAM maps an existing guest RAM file of size bytes through a duplicate
+// of its descriptor.
+func reuseRAM(f *os.File, size uint64) (*os.File, []byte, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, nil, fmt.Errorf("sim: guest RAM file: %w", err)
+	}
+	if uint64(fi.Size()) != size {
+		return nil, nil, fmt.Errorf("sim: guest RAM file is %d bytes, want %d", fi.Size(), size)
+	}
+	fd, err := unix.Dup(int(f.Fd()))
+	if err != nil {
+		return nil, nil, fmt.Errorf("sim: duplicating the guest RAM descriptor: %w", err)
+	}
+	dup := os.NewFile(uintptr(fd), f.Name())
+	mem, err := mapShared(dup, 0, size)
+	if err != nil {
+		dup.Close()
+		return nil, nil, err
+	}
+	return dup, mem, nil
+}

@@ -2,8 +2,11 @@ package sim
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"gmig/guest"
 )
@@ -134,5 +137,78 @@ func TestReconnect(t *testing.T) {
 	}
 	if want := digest(t, wu, u); got != want {
 		t.Fatalf("digest after a reconnect %x, uninterrupted %x", got, want)
+	}
+}
+
+// TestReconnectMidStep stops the guest between two operations of a step —
+// commands may still be in flight on the device — then moves the guest to a
+// new client that keeps the guest's RAM (as a migration's destination QEMU
+// would) and lets it continue. The digest must equal an uninterrupted run's.
+func TestReconnectMidStep(t *testing.T) {
+	p := newPool(t, 128<<20)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	dev := serve(t, p, "m", 16<<20)
+	b1, err := Attach(dev.path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := open(t, b1, guest.Options{Seed: 5, UseIRQ: true})
+	w := newWorkload(t, 78, false)
+	ops, stopAt := 0, 37
+	paused, resume := make(chan struct{}), make(chan struct{})
+	w.SetGate(func(ctx context.Context) error {
+		ops++
+		if ops == stopAt {
+			close(paused)
+			select {
+			case <-resume:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	})
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx, d, workloadSteps) }()
+	select {
+	case <-paused:
+	case err := <-done:
+		t.Fatalf("workload ended before the pause: %v", err)
+	}
+	// The guest's RAM outlives its first client, as QEMU's RAM outlives a
+	// vfio-user reconnect; the server serves one client at a time, so the
+	// first goes before the second comes.
+	fd, err := unix.Dup(int(b1.RAMFile().Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ram := os.NewFile(uintptr(fd), "guest-ram")
+	defer ram.Close()
+	if err := b1.Close(); err != nil {
+		t.Fatalf("closing the first client: %v", err)
+	}
+	b2, err := Attach(dev.path, Options{RAM: ram})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b2.Close() })
+	if err := d.Rebind(b2); err != nil {
+		t.Fatal(err)
+	}
+	close(resume)
+	if err := <-done; err != nil {
+		t.Fatalf("after moving mid-step: %v", err)
+	}
+	got := digest(t, w, d)
+
+	u := open(t, attach(t, serve(t, p, "u", 16<<20), Options{}), guest.Options{Seed: 6})
+	wu := newWorkload(t, 78, false)
+	if err := wu.Run(ctx, u, workloadSteps); err != nil {
+		t.Fatal(err)
+	}
+	if want := digest(t, wu, u); got != want {
+		t.Fatalf("digest after a mid-step move %x, uninterrupted %x", got, want)
 	}
 }
