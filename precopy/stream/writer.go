@@ -76,6 +76,39 @@ func (w *Writer) WritePagesLive(idx []uint32, mem []byte, sent []uint64) (Stats,
 	return w.writePages(idx, mem, nil, sent)
 }
 
+// WriteCopies sends pages the caller has already copied out of memory:
+// pages holds len(idx) pages back to back, pages[i*PageSize:(i+1)*PageSize]
+// being page idx[i]. hashes[i] must be the xxhash64 of that copy (as
+// dirty.Tracker.RecordCopy returns them), or hashes is nil to hash the
+// copies here. Live pre-copy uses it so that the hash its dirty tracker
+// records is, by construction, the hash of the bytes sent. Page indices
+// are not checked against a partition (the reader checks them).
+func (w *Writer) WriteCopies(idx []uint32, pages []byte, hashes []uint64) (Stats, error) {
+	if hashes != nil && len(hashes) != len(idx) {
+		return Stats{}, fmt.Errorf("stream: %d hashes for %d pages", len(hashes), len(idx))
+	}
+	if len(pages) < len(idx)*PageSize {
+		return Stats{}, fmt.Errorf("stream: %d bytes of copies for %d pages", len(pages), len(idx))
+	}
+	if err := w.usable(); err != nil {
+		return Stats{}, err
+	}
+	var st Stats
+	for start := 0; start < len(idx); start += w.batchPages {
+		end := min(start+w.batchPages, len(idx))
+		var bin []uint64
+		if hashes != nil {
+			bin = hashes[start:end]
+		}
+		bs, err := w.writeBatch(idx[start:end], pages[start*PageSize:end*PageSize], true, bin, nil)
+		st.add(bs)
+		if err != nil {
+			return st, err
+		}
+	}
+	return st, nil
+}
+
 func (w *Writer) writePages(idx []uint32, mem []byte, in, out []uint64) (Stats, error) {
 	if err := w.usable(); err != nil {
 		return Stats{}, err
@@ -85,9 +118,6 @@ func (w *Writer) writePages(idx []uint32, mem []byte, in, out []uint64) (Stats, 
 		if uint64(p) >= npages {
 			return Stats{}, fmt.Errorf("%w: page %d (idx[%d]) of a %d-page partition", ErrPageIndex, p, i, npages)
 		}
-	}
-	if w.buf == nil {
-		w.buf = make([]byte, 0, FrameHeaderSize+BatchHeaderSize+w.batchPages*(RecordHeaderSize+PageSize)+FrameTrailerSize)
 	}
 	var st Stats
 	for start := 0; start < len(idx); start += w.batchPages {
@@ -99,7 +129,7 @@ func (w *Writer) writePages(idx []uint32, mem []byte, in, out []uint64) (Stats, 
 		if out != nil {
 			bout = out[start:end]
 		}
-		bs, err := w.writeBatch(idx[start:end], mem, bin, bout)
+		bs, err := w.writeBatch(idx[start:end], mem, false, bin, bout)
 		st.add(bs)
 		if err != nil {
 			return st, err
@@ -109,12 +139,20 @@ func (w *Writer) writePages(idx []uint32, mem []byte, in, out []uint64) (Stats, 
 }
 
 // writeBatch builds one PageBatch frame in w.buf and writes it with one
-// Write. The caller has checked the indices against mem.
-func (w *Writer) writeBatch(idx []uint32, mem []byte, in, out []uint64) (Stats, error) {
+// Write. Page idx[i] is at mem[idx[i]*PageSize:], or at mem[i*PageSize:]
+// when packed (copies, WriteCopies). The caller has checked the indices
+// against mem.
+func (w *Writer) writeBatch(idx []uint32, mem []byte, packed bool, in, out []uint64) (Stats, error) {
+	if w.buf == nil {
+		w.buf = make([]byte, 0, FrameHeaderSize+BatchHeaderSize+w.batchPages*(RecordHeaderSize+PageSize)+FrameTrailerSize)
+	}
 	b := w.buf[:FrameHeaderSize+BatchHeaderSize]
 	var zeros uint64
 	for i, p := range idx {
 		off := int(p) * PageSize
+		if packed {
+			off = i * PageSize
+		}
 		page := mem[off : off+PageSize]
 		rec := len(b)
 		b = b[:rec+RecordHeaderSize]
