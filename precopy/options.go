@@ -1,0 +1,80 @@
+package precopy
+
+import (
+	"fmt"
+	"runtime"
+
+	"github.com/rs/zerolog"
+)
+
+// Strategy is how graphics memory is moved; the three run side by side so
+// they can be compared honestly on the same workload.
+type Strategy string
+
+const (
+	// OneShot sends every page once while the VM runs, then at the stop
+	// only the pages the engine wrote or whose hash changed (gMig's
+	// one-shot pre-copy).
+	OneShot Strategy = "oneshot"
+	// Iterative sends every page, then re-sends the pages found dirty in
+	// rounds while the VM runs, until a round finds at most ConvergePages or
+	// MaxRounds rounds have run; the stop sends what is still dirty.
+	Iterative Strategy = "iterative"
+	// StopCopy sends nothing while the VM runs and every page at the stop.
+	StopCopy Strategy = "stopcopy"
+)
+
+// Strategies lists every strategy, in the order reports show them.
+var Strategies = []Strategy{OneShot, Iterative, StopCopy}
+
+// ParseStrategy returns the strategy named s ("" is OneShot).
+func ParseStrategy(s string) (Strategy, error) {
+	switch Strategy(s) {
+	case "":
+		return OneShot, nil
+	case OneShot, Iterative, StopCopy:
+		return Strategy(s), nil
+	}
+	return "", fmt.Errorf("precopy: unknown strategy %q (want oneshot, iterative or stopcopy)", s)
+}
+
+// Defaults for Options fields left zero.
+const (
+	DefaultMaxRounds     = 8
+	DefaultConvergePages = 64
+)
+
+// Options configures a Source. The zero value is usable: one-shot, no
+// background re-hash, one hashing worker per GOMAXPROCS.
+type Options struct {
+	Strategy       Strategy // default OneShot
+	MaxRounds      int      // iterative: live rounds before the stop (default 8)
+	ConvergePages  int      // iterative: stop iterating once a round finds at most this many dirty pages (default 64)
+	BackgroundRate int      // oneshot: background re-hash budget in pages/s while waiting for the stop (0 = off)
+	Workers        int      // hashing workers (default GOMAXPROCS)
+	Log            zerolog.Logger
+}
+
+func (o Options) withDefaults() (Options, error) {
+	var err error
+	if o.Strategy, err = ParseStrategy(string(o.Strategy)); err != nil {
+		return o, err
+	}
+	if o.MaxRounds == 0 {
+		o.MaxRounds = DefaultMaxRounds
+	}
+	if o.ConvergePages == 0 {
+		o.ConvergePages = DefaultConvergePages
+	}
+	if o.Workers == 0 {
+		o.Workers = runtime.GOMAXPROCS(0)
+	}
+	switch {
+	case o.MaxRounds < 1:
+		return o, fmt.Errorf("precopy: MaxRounds %d: want at least 1", o.MaxRounds)
+	case o.ConvergePages < 0, o.BackgroundRate < 0, o.Workers < 0:
+		return o, fmt.Errorf("precopy: negative ConvergePages (%d), BackgroundRate (%d) or Workers (%d)",
+			o.ConvergePages, o.BackgroundRate, o.Workers)
+	}
+	return o, nil
+}

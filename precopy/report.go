@@ -1,0 +1,99 @@
+package precopy
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"gmig/apilog"
+	"gmig/dirty"
+)
+
+// Report is what one migration did. The source's Stop and the
+// destination's Receive each return one; the source's has its own
+// measurements and the destination's restore and replay times (from the
+// verdict), the destination's has its own and the source's (from the
+// stream's summary Meta), so either side can log the whole picture.
+type Report struct {
+	Strategy Strategy
+	Precopy  PrecopyReport
+	Stop     StopReport
+	// HashRate is the final scan's hash throughput in bytes/s (bytes it
+	// hashed over its wall time; 0 when it hashed nothing, as stop-and-copy).
+	HashRate float64
+	// APILog compares what the source's API log recorded with what it sent.
+	APILog apilog.Stats
+}
+
+// PrecopyReport is the live phase, while the VM runs.
+type PrecopyReport struct {
+	Duration   time.Duration
+	Rounds     int    // passes over memory: 1 for one-shot, 0 for stop-and-copy
+	Pages      uint64 // page records sent, zero pages included
+	ZeroPages  uint64 // of which all-zero (16-byte records, no data)
+	Bytes      uint64 // stream bytes, framing included
+	Background dirty.BackgroundStats
+}
+
+// StopReport is the stop phase, with the VM paused: the downtime. Total runs
+// from the start of Stop to the destination's verdict; its parts are
+// measured separately (Restore and Replay on the destination).
+type StopReport struct {
+	Total    time.Duration
+	Quiesce  time.Duration // background re-hash stopped, engine quiesced
+	Scan     time.Duration // final dirty detection
+	Transfer time.Duration // dirty pages, device state, API log, End written
+	Restore  time.Duration // destination: device state decoded and restored
+	Replay   time.Duration // destination: API log and front-end writes replayed
+
+	DirtyPages  int                   // pages sent at the stop
+	BySource    [dirty.NumSources]int // why each was dirty (stop-and-copy: all Unrecorded)
+	PagesHashed int                   // pages the final scan hashed in full
+	Bytes       uint64                // stream bytes sent in the stop phase
+}
+
+// Other is the part of Total that none of the measured parts covers: the
+// stream's tail in flight, the verdict's round trip, scheduling.
+func (s StopReport) Other() time.Duration {
+	return s.Total - s.Quiesce - s.Scan - s.Transfer - s.Restore - s.Replay
+}
+
+// String is a human-readable summary, times in milliseconds.
+func (r Report) String() string {
+	var b strings.Builder
+	p, s := r.Precopy, r.Stop
+	fmt.Fprintf(&b, "strategy   %s\n", r.Strategy)
+	fmt.Fprintf(&b, "pre-copy   %s ms, %d round(s), %d pages (%d zero), %s",
+		ms(p.Duration), p.Rounds, p.Pages, p.ZeroPages, mib(p.Bytes))
+	if p.Background.Passes > 0 || p.Background.PagesHashed > 0 {
+		fmt.Fprintf(&b, "; background re-hash %d pass(es), %d pages hashed, %d found dirty",
+			p.Background.Passes, p.Background.PagesHashed, p.Background.FoundDirty)
+	}
+	fmt.Fprintf(&b, "\nstop       %s ms: quiesce %s, scan %s, transfer %s, restore %s, replay %s, other %s\n",
+		ms(s.Total), ms(s.Quiesce), ms(s.Scan), ms(s.Transfer), ms(s.Restore), ms(s.Replay), ms(s.Other()))
+	fmt.Fprintf(&b, "dirty      %d pages (%s), %d hashed, %s sent\n",
+		s.DirtyPages, bySource(s.BySource), s.PagesHashed, mib(s.Bytes))
+	fmt.Fprintf(&b, "hash rate  %.2f GB/s\n", r.HashRate/1e9)
+	a := r.APILog
+	fmt.Fprintf(&b, "api log    %d entries (%d B) raw, %d entries (%d B) compacted\n",
+		a.RawEntries, a.RawBytes, a.CompactedEntries, a.CompactedBytes)
+	return b.String()
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d)/float64(time.Millisecond)) }
+
+func mib(n uint64) string { return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20)) }
+
+// bySource lists the nonzero counts by dirty source, "none" if all zero.
+func bySource(n [dirty.NumSources]int) string {
+	var parts []string
+	for s, c := range n {
+		if c > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", dirty.Source(s), c))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,166 @@
+package precopy
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"gmig/apilog"
+	"gmig/dirty"
+	"gmig/precopy/stream"
+)
+
+// Stop is the stop phase; the caller has paused the VM. It quiesces the
+// vGPU (the command in flight finishes; later doorbells wait), runs the
+// final dirty scan (stop-and-copy: every page), sends the dirty pages
+// straight from the frozen memory, then DeviceState (vgpu.State without
+// what the API log carries), APILog (kernel objects, fence, interrupt
+// state), FrontEnd (the guest's config writes), a summary Meta and End,
+// and waits for the destination's verdict. On success the source vGPU
+// stays quiesced and the Report has every term of the downtime; on error
+// the caller calls Rollback.
+func (s *Source) Stop(ctx context.Context) (Report, error) {
+	if err := s.enter("Stop", false); err != nil {
+		return Report{}, err
+	}
+	stop := watch(ctx, s.conn)
+	defer stop()
+	s.mu.Lock()
+	rep := s.report
+	s.mu.Unlock()
+	err := s.stop(ctx, &rep)
+	s.mu.Lock()
+	s.report = rep
+	if err == nil {
+		s.state = srcStopped
+	}
+	s.mu.Unlock()
+	if err != nil {
+		return rep, s.fail(ctx, "stop", err)
+	}
+	st := rep.Stop
+	s.log.Info().Dur("total", st.Total).Dur("quiesce", st.Quiesce).Dur("scan", st.Scan).
+		Dur("transfer", st.Transfer).Dur("restore", st.Restore).Dur("replay", st.Replay).
+		Int("dirty_pages", st.DirtyPages).Ints("by_source", st.BySource[:]).Uint64("bytes", st.Bytes).
+		Msg("migration stop phase done")
+	return rep, nil
+}
+
+// stop does Stop's work, filling in rep as it goes.
+func (s *Source) stop(ctx context.Context, rep *Report) error {
+	t0 := time.Now()
+	before := s.w.Stats()
+	if err := writeMeta(s.w, meta{Phase: phaseStop}); err != nil {
+		return err
+	}
+
+	t := time.Now()
+	s.mu.Lock()
+	if s.bgStop != nil {
+		rep.Precopy.Background = s.bgStop()
+		s.bgStop = nil
+	}
+	s.v.Quiesce()
+	s.quiesced = true
+	s.mu.Unlock()
+	rep.Stop.Quiesce = time.Since(t)
+
+	t = time.Now()
+	dirtyPages, err := s.finalScan(ctx, rep)
+	if err != nil {
+		return err
+	}
+	rep.Stop.Scan = time.Since(t)
+
+	t = time.Now()
+	if err := s.sendStopped(dirtyPages, rep); err != nil {
+		return err
+	}
+	rep.Stop.Transfer = time.Since(t)
+	rep.Stop.Bytes = s.w.Stats().Bytes - before.Bytes
+	if err := writeMeta(s.w, meta{Phase: phaseSummary, Report: rep}); err != nil {
+		return err
+	}
+	if err := s.w.Close(); err != nil {
+		return err
+	}
+	rep.Stop.Transfer = time.Since(t)
+	rep.Stop.Bytes = s.w.Stats().Bytes - before.Bytes
+
+	var v verdictResult
+	select {
+	case v = <-s.verdict:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if v.err != nil {
+		return v.err
+	}
+	if v.m.Report != nil {
+		rep.Stop.Restore, rep.Stop.Replay = v.m.Report.Stop.Restore, v.m.Report.Stop.Replay
+	}
+	rep.Stop.Total = time.Since(t0)
+	return nil
+}
+
+// finalScan returns the pages to send with the VM stopped.
+func (s *Source) finalScan(ctx context.Context, rep *Report) ([]uint32, error) {
+	if s.opts.Strategy == StopCopy {
+		all := make([]uint32, s.tr.Pages())
+		for i := range all {
+			all[i] = uint32(i)
+		}
+		rep.Stop.DirtyPages = len(all)
+		rep.Stop.BySource[dirty.Unrecorded] = len(all)
+		return all, nil
+	}
+	res, err := s.tr.Scan(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rep.Stop.DirtyPages, rep.Stop.BySource, rep.Stop.PagesHashed = len(res.Dirty), res.BySource, res.PagesHashed
+	if secs := res.Duration.Seconds(); secs > 0 {
+		rep.HashRate = float64(res.BytesHashed) / secs
+	}
+	idx := make([]uint32, len(res.Dirty))
+	for i, p := range res.Dirty {
+		idx[i] = uint32(p)
+	}
+	return idx, nil
+}
+
+// sendStopped sends the dirty pages, the device state and the API log. The
+// memory is frozen (VM paused, engine quiesced), so pages go straight from
+// it, each copied once into the batch it travels in and hashed there.
+func (s *Source) sendStopped(pages []uint32, rep *Report) error {
+	if _, err := s.w.WritePages(pages, s.mem, nil); err != nil {
+		return err
+	}
+	st, err := s.v.Save()
+	if err != nil {
+		return err
+	}
+	entries, stats := s.logAPI()
+	rep.APILog = stats
+	device, frontEnd := splitLog(entries)
+	if err := stripLogged(&st, device); err != nil {
+		return err
+	}
+	blob, err := encodeState(st)
+	if err != nil {
+		return err
+	}
+	for _, sec := range []struct {
+		t stream.SectionType
+		b []byte
+	}{
+		{stream.DeviceState, blob},
+		{stream.APILog, apilog.Encode(device)},
+		{stream.FrontEnd, apilog.Encode(frontEnd)},
+	} {
+		if err := s.w.WriteBlob(sec.t, sec.b); err != nil {
+			return fmt.Errorf("sending %v: %w", sec.t, err)
+		}
+	}
+	return nil
+}
