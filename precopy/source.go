@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -158,16 +159,29 @@ func (s *Source) fail(ctx context.Context, phase string, err error) error {
 	}
 	s.mu.Unlock()
 	switch p := s.peerErr.Load(); {
-	case ctx.Err() != nil:
-		err = fmt.Errorf("precopy: %s: %w (%v)", phase, ctx.Err(), err)
+	case ctx.Err() != nil && !errors.Is(err, ctx.Err()):
+		err = &phaseError{phase, fmt.Errorf("%w (%v)", ctx.Err(), err)}
 	case p != nil && errors.Is(*p, ErrRefused):
 		err = *p
 	default:
-		err = fmt.Errorf("precopy: %s: %w", phase, err)
+		err = &phaseError{phase, err}
 	}
 	s.log.Warn().Err(err).Str("phase", phase).Msg("migration failed")
 	return err
 }
+
+// phaseError is a Source's failure in one phase: "precopy: <phase>: <what>",
+// the package prefix said once.
+type phaseError struct {
+	phase string
+	err   error
+}
+
+func (e *phaseError) Error() string {
+	return "precopy: " + e.phase + ": " + strings.TrimPrefix(e.err.Error(), "precopy: ")
+}
+
+func (e *phaseError) Unwrap() error { return e.err }
 
 // check is the test between batches: ctx, and whether the destination has
 // given up.
