@@ -168,6 +168,9 @@ func (d *dest) begin(r *stream.Reader) error {
 	}
 	v.Quiesce()
 	d.v = v
+	if err := populate(v.Memory(), true); err != nil {
+		d.log.Warn().Err(err).Msg("populating the destination partition; pages fault in as they arrive")
+	}
 	d.log.Info().Str("source_name", m.Name).Uint64("mem_size", m.MemSize).
 		Uint64("pool_offset", v.Partition().Offset).Msg("migration incoming")
 	return nil

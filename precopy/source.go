@@ -93,6 +93,9 @@ func NewSource(v *vgpu.VGPU, conn io.ReadWriter, opts Options) (*Source, error) 
 	if err != nil {
 		return nil, fmt.Errorf("precopy: dirty tracker: %w", err)
 	}
+	if err := populate(mem, false); err != nil {
+		log.Warn().Err(err).Msg("populating the source partition; holes fault in when read")
+	}
 	w, err := stream.NewWriter(conn)
 	if err != nil {
 		return nil, fmt.Errorf("precopy: %w", err)

@@ -4,6 +4,7 @@
 //	gmigd vgpu   create|list|show|rm   manage vGPUs of a running daemon
 //	gmigd guest  [flags]            the built-in guest simulator against a vGPU socket
 //	gmigd demo   [flags]            everything in one process: a host, a vGPU, the simulator, a report
+//	gmigd bench  [flags]            the migration strategies compared on one seeded workload
 //
 // See docs/operator-guide.md.
 package main
@@ -20,6 +21,7 @@ commands:
   vgpu     create, list, show or remove vGPUs of a running daemon
   guest    run the built-in guest simulator against a vGPU's vfio-user socket
   demo     one host, one vGPU and the simulator in one process, with a report
+  bench    compare the migration strategies on one seeded workload (downtime in ms)
 
 Run 'gmigd <command> -h' for a command's flags.
 `
@@ -34,6 +36,7 @@ func main() {
 		"vgpu":  cmdVGPU,
 		"guest": cmdGuest,
 		"demo":  cmdDemo,
+		"bench": cmdBench,
 	}
 	name, args := os.Args[1], os.Args[2:]
 	if name == "-h" || name == "--help" || name == "help" {
