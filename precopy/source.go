@@ -76,7 +76,8 @@ const liveBatch = stream.DefaultBatchPages
 
 // NewSource starts migrating v over conn: it sends the stream header and
 // the begin Meta (name, memory size, GTT entries, strategy), starts exact
-// tracking of the engine's writes, and starts reading conn for the
+// tracking of the engine's writes (v.ObserveWrites; it replaces any other
+// observer until Rollback or Close), and starts reading conn for the
 // destination's verdict. conn's Read and Write must be usable at the same
 // time (as a net.Conn's are); the caller owns conn and closes it after
 // Stop, Rollback or Close. Deadlines, when conn has them, are used to
