@@ -65,10 +65,11 @@ type Host struct {
 
 // served is a vGPU with its vfio-user listener and server goroutine.
 type served struct {
-	v      *vgpu.VGPU
-	socket string
-	stop   context.CancelFunc
-	done   chan error
+	v         *vgpu.VGPU
+	socket    string
+	stop      context.CancelFunc
+	done      chan error
+	migrating bool // an outgoing migration holds it (Host.Migrate)
 }
 
 // New creates the pool and the run directory.

@@ -1,0 +1,159 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"gmig/guest"
+)
+
+// VM is the simulator playing a whole virtual machine: guest RAM and a
+// vfio-user attachment (QEMU's part), the guest driver and a seeded workload
+// (the guest's part). It can be paused at an operation boundary — with
+// commands possibly in flight on the device, as a VM stop leaves them — and
+// moved to another vGPU socket keeping its RAM, as a migration's destination
+// QEMU would.
+type VM struct {
+	opts Options
+	bus  *Bus
+	d    *guest.Driver
+	w    *guest.Workload
+
+	mu       sync.Mutex
+	pauseReq bool
+	paused   chan struct{} // closed when the guest stops at a boundary
+	resume   chan struct{}
+	running  bool
+	finished chan struct{} // closed when Run returns
+}
+
+// StartVM attaches to the vGPU at socket, opens the driver and prepares the
+// workload (seeded by seed; the driver's GTT permutation too).
+func StartVM(socket string, seed int64, wcfg guest.WorkloadConfig, opts Options) (*VM, error) {
+	bus, err := Attach(socket, opts)
+	if err != nil {
+		return nil, err
+	}
+	vm := &VM{opts: opts, bus: bus}
+	if vm.d, err = guest.Open(bus, guest.Options{Seed: seed, UseIRQ: !opts.NoIRQ}); err == nil {
+		vm.w, err = guest.NewWorkload(seed, wcfg)
+	}
+	if err != nil {
+		bus.Close()
+		return nil, err
+	}
+	vm.w.SetGate(vm.gate)
+	return vm, nil
+}
+
+// Workload returns the VM's workload (for step counts and op statistics).
+func (vm *VM) Workload() *guest.Workload { return vm.w }
+
+// Run runs the workload for steps steps on the calling goroutine, stopping
+// at the gate while the VM is paused.
+func (vm *VM) Run(ctx context.Context, steps int) error {
+	vm.mu.Lock()
+	if vm.running {
+		vm.mu.Unlock()
+		return errors.New("sim: VM already running")
+	}
+	vm.running, vm.finished = true, make(chan struct{})
+	fin := vm.finished
+	vm.mu.Unlock()
+	defer func() {
+		vm.mu.Lock()
+		vm.running = false
+		vm.mu.Unlock()
+		close(fin)
+	}()
+	return vm.w.Run(ctx, vm.d, steps)
+}
+
+// gate stops the workload while a pause is requested.
+func (vm *VM) gate(ctx context.Context) error {
+	vm.mu.Lock()
+	if !vm.pauseReq {
+		vm.mu.Unlock()
+		return nil
+	}
+	paused, resume := vm.paused, vm.resume
+	vm.mu.Unlock()
+	select {
+	case <-paused:
+	default:
+		close(paused)
+	}
+	select {
+	case <-resume:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Pause stops the guest at its next operation boundary and returns once it
+// has stopped (or its workload has finished, or ctx ends). The guest stays
+// stopped until Resume.
+func (vm *VM) Pause(ctx context.Context) error {
+	vm.mu.Lock()
+	if vm.pauseReq {
+		vm.mu.Unlock()
+		return errors.New("sim: VM already paused")
+	}
+	vm.pauseReq = true
+	vm.paused, vm.resume = make(chan struct{}), make(chan struct{})
+	paused, fin, running := vm.paused, vm.finished, vm.running
+	vm.mu.Unlock()
+	if !running {
+		return nil
+	}
+	select {
+	case <-paused:
+	case <-fin:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
+// Resume lets a paused guest go on.
+func (vm *VM) Resume() {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	if vm.pauseReq {
+		vm.pauseReq = false
+		close(vm.resume)
+	}
+}
+
+// Move re-attaches the paused VM to the vGPU at socket, keeping guest RAM,
+// and rebinds the driver: what a migration's destination QEMU and the
+// migrated guest see.
+func (vm *VM) Move(socket string) error {
+	fd, err := unix.Dup(int(vm.bus.RAMFile().Fd()))
+	if err != nil {
+		return fmt.Errorf("sim: keeping guest RAM: %w", err)
+	}
+	ram := os.NewFile(uintptr(fd), "guest-ram")
+	defer ram.Close()
+	if err := vm.bus.Close(); err != nil {
+		return fmt.Errorf("sim: leaving the old vGPU: %w", err)
+	}
+	opts := vm.opts
+	opts.RAM, opts.RAMSize = ram, 0
+	if vm.bus, err = Attach(socket, opts); err != nil {
+		return err
+	}
+	return vm.d.Rebind(vm.bus)
+}
+
+// Digest is the workload's graphics-memory digest.
+func (vm *VM) Digest() ([32]byte, error) { return vm.w.Digest(vm.d) }
+
+// Close detaches from the vGPU.
+func (vm *VM) Close() error { return vm.bus.Close() }
