@@ -30,6 +30,14 @@ type VM struct {
 	resume   chan struct{}
 	running  bool
 	finished chan struct{} // closed when Run returns
+	waiters  []stepWaiter
+}
+
+// stepWaiter is a WaitStep call: ch closes once the workload has run step
+// steps.
+type stepWaiter struct {
+	step uint64
+	ch   chan struct{}
 }
 
 // StartVM attaches to the vGPU at socket, opens the driver and prepares the
@@ -74,9 +82,20 @@ func (vm *VM) Run(ctx context.Context, steps int) error {
 	return vm.w.Run(ctx, vm.d, steps)
 }
 
-// gate stops the workload while a pause is requested.
+// gate stops the workload while a pause is requested, and tells step
+// waiters. It runs on the workload's goroutine.
 func (vm *VM) gate(ctx context.Context) error {
+	steps := vm.w.Steps()
 	vm.mu.Lock()
+	kept := vm.waiters[:0]
+	for _, w := range vm.waiters {
+		if steps >= w.step {
+			close(w.ch)
+		} else {
+			kept = append(kept, w)
+		}
+	}
+	vm.waiters = kept
 	if !vm.pauseReq {
 		vm.mu.Unlock()
 		return nil
@@ -90,6 +109,24 @@ func (vm *VM) gate(ctx context.Context) error {
 	}
 	select {
 	case <-resume:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// WaitStep returns once the workload has completed step steps (or has
+// finished, or ctx ends).
+func (vm *VM) WaitStep(ctx context.Context, step uint64) error {
+	ch := make(chan struct{})
+	vm.mu.Lock()
+	vm.waiters = append(vm.waiters, stepWaiter{step, ch})
+	fin := vm.finished
+	vm.mu.Unlock()
+	select {
+	case <-ch:
+		return nil
+	case <-fin:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
