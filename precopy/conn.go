@@ -2,12 +2,12 @@ package precopy
 
 import (
 	"context"
-	"io"
 	"time"
 )
 
 // The connection is the caller's: this package never closes it. It uses
-// what a net.Conn offers beyond io.ReadWriter when it is there.
+// what a net.Conn offers beyond io.Reader and io.Writer when it is there;
+// the helpers below take any connection and do nothing where it lacks it.
 
 type readDeadliner interface{ SetReadDeadline(time.Time) error }
 type writeDeadliner interface{ SetWriteDeadline(time.Time) error }
@@ -15,7 +15,7 @@ type closeWriter interface{ CloseWrite() error }
 
 // interruptWrites makes a Write blocked on conn (and every later one) fail
 // now, if conn has write deadlines.
-func interruptWrites(conn io.ReadWriter) {
+func interruptWrites(conn any) {
 	if d, ok := conn.(writeDeadliner); ok {
 		_ = d.SetWriteDeadline(time.Now())
 	}
@@ -23,7 +23,7 @@ func interruptWrites(conn io.ReadWriter) {
 
 // interruptReads makes a Read blocked on conn (and every later one) fail
 // now, if conn has read deadlines.
-func interruptReads(conn io.ReadWriter) {
+func interruptReads(conn any) {
 	if d, ok := conn.(readDeadliner); ok {
 		_ = d.SetReadDeadline(time.Now())
 	}
@@ -32,7 +32,7 @@ func interruptReads(conn io.ReadWriter) {
 // watch interrupts conn's reads and writes when ctx ends, until the
 // returned stop is called. Without deadlines on conn, a blocked call waits
 // for conn; ctx is still checked between sections.
-func watch(ctx context.Context, conn io.ReadWriter) (stop func() bool) {
+func watch(ctx context.Context, conn any) (stop func() bool) {
 	return context.AfterFunc(ctx, func() {
 		interruptWrites(conn)
 		interruptReads(conn)
@@ -40,7 +40,7 @@ func watch(ctx context.Context, conn io.ReadWriter) (stop func() bool) {
 }
 
 // closeWrite half-closes conn, if it can, so the peer reads EOF.
-func closeWrite(conn io.ReadWriter) {
+func closeWrite(conn any) {
 	if c, ok := conn.(closeWriter); ok {
 		_ = c.CloseWrite()
 	}

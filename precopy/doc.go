@@ -53,6 +53,16 @@
 // until the source closes or half-closes it, so the refusal arrives rather
 // than being lost to a TCP reset.
 //
+// Without a way back (Options.NoVerdict: vfio-user's migration data runs
+// one way) no verdict is sent and the VMM carries the outcome.
+//
+// # Migration driven by the VMM
+//
+// Native is a vGPU that migrates through vfio-user itself (DEVICE_FEATURE
+// migration state, MIG_DATA_READ/WRITE): the same stream, made by a Source
+// on the VFIO migration v2 state machine's arcs and read by ReceiveInto
+// into the destination device, which the VMM created beforehand.
+//
 // # Roll-back
 //
 // Migration never writes the source's graphics memory. Any failure —

@@ -52,7 +52,13 @@ type Options struct {
 	ConvergePages  int      // iterative: stop iterating once a round finds at most this many dirty pages (default 64)
 	BackgroundRate int      // oneshot: background re-hash budget in pages/s while waiting for the stop (0 = off)
 	Workers        int      // hashing workers (default GOMAXPROCS)
-	Log            zerolog.Logger
+	// NoVerdict is the verdict-less mode (docs/migration-stream.md §10):
+	// the Source never reads its connection and Stop completes once End is
+	// written; ReceiveInto sends no verdict. For a one-way transport such
+	// as vfio-user's migration data (Native), where the VMM carries the
+	// outcome.
+	NoVerdict bool
+	Log       zerolog.Logger
 }
 
 func (o Options) withDefaults() (Options, error) {

@@ -40,41 +40,83 @@ type FrontEnd interface {
 // the refusal is not lost to a reset), and Receive returns the error.
 // Bound ctx: it also bounds that wait.
 func Receive(ctx context.Context, conn io.ReadWriter, args vgpu.RestoreArgs, fe FrontEnd) (*vgpu.VGPU, Report, error) {
-	stop := watch(ctx, conn)
+	d := &dest{conn: conn, verdict: conn, args: args, fe: fe, log: args.Log}
+	if err := d.run(ctx); err != nil {
+		if d.v != nil {
+			if cerr := d.v.Close(); cerr != nil {
+				d.log.Error().Err(cerr).Msg("discarding the destination vGPU")
+			}
+		}
+		d.log.Warn().Err(err).Msg("migration refused; destination vGPU discarded")
+		return nil, d.rep, err
+	}
+	return d.v, d.rep, nil
+}
+
+// ReceiveInto is Receive into v, a vGPU that already exists on this host
+// with the source's memory size and GTT entries (as a VMM's destination
+// device does: created before the migration, with the same config). v is
+// quiesced at the begin Meta and its memory, state and API log are
+// replaced by the source's; on success it stays quiesced for the caller to
+// resume. The verdict is sent on conn, which must then also be an
+// io.Writer, unless opts.NoVerdict; opts.Log is the only other field used.
+//
+// On error v is not closed: it stays quiesced, its memory partly
+// overwritten (its state is replaced only after End, whole or not at
+// all), and its owner resets or discards it. With a verdict, the refusal
+// is sent and conn drained as Receive does.
+func ReceiveInto(ctx context.Context, conn io.Reader, v *vgpu.VGPU, fe FrontEnd, opts Options) (Report, error) {
+	d := &dest{conn: conn, into: v, args: vgpu.RestoreArgs{Config: v.Config(), Log: opts.Log}, fe: fe, log: opts.Log}
+	if !opts.NoVerdict {
+		w, ok := conn.(io.Writer)
+		if !ok {
+			return Report{}, errors.New("precopy: a verdict needs a connection that writes (or NoVerdict)")
+		}
+		d.verdict = w
+	}
+	if err := d.run(ctx); err != nil {
+		d.log.Warn().Err(err).Msg("migration refused; destination vGPU left quiesced")
+		return d.rep, err
+	}
+	return d.rep, nil
+}
+
+// run receives the stream and answers it with the verdict, if any.
+func (d *dest) run(ctx context.Context) error {
+	stop := watch(ctx, d.conn)
 	defer stop()
-	d := &dest{conn: conn, args: args, fe: fe, log: args.Log}
 	err := d.receive(ctx)
 	if err == nil {
-		if err = writeVerdict(conn, meta{OK: true, Report: &d.rep}); err == nil {
+		if d.verdict != nil {
+			err = writeVerdict(d.verdict, meta{OK: true, Report: &d.rep})
+		}
+		if err == nil {
 			d.log.Info().Uint64("pool_offset", d.v.Partition().Offset).Dur("restore", d.rep.Stop.Restore).
 				Dur("replay", d.rep.Stop.Replay).Int("stop_pages", d.rep.Stop.DirtyPages).
 				Msg("migration received; vGPU quiesced until the VM runs")
-			return d.v, d.rep, nil
+			return nil
 		}
-		err = fmt.Errorf("precopy: %w", err)
-	} else {
-		if ctx.Err() != nil {
-			err = fmt.Errorf("precopy: receiving: %w (%v)", ctx.Err(), err)
-		}
-		if verr := writeVerdict(conn, meta{Error: err.Error()}); verr == nil && ctx.Err() == nil {
-			_, _ = io.Copy(io.Discard, conn)
+		return fmt.Errorf("precopy: %w", err)
+	}
+	if ctx.Err() != nil {
+		err = fmt.Errorf("precopy: receiving: %w (%v)", ctx.Err(), err)
+	}
+	if d.verdict != nil {
+		if verr := writeVerdict(d.verdict, meta{Error: err.Error()}); verr == nil && ctx.Err() == nil {
+			_, _ = io.Copy(io.Discard, d.conn)
 		}
 	}
-	if d.v != nil {
-		if cerr := d.v.Close(); cerr != nil {
-			d.log.Error().Err(cerr).Msg("discarding the destination vGPU")
-		}
-	}
-	d.log.Warn().Err(err).Msg("migration refused; destination vGPU discarded")
-	return nil, d.rep, err
+	return err
 }
 
 // dest is one Receive's state.
 type dest struct {
-	conn io.ReadWriter
-	args vgpu.RestoreArgs
-	fe   FrontEnd
-	log  zerolog.Logger
+	conn    io.Reader
+	verdict io.Writer  // nil: no verdict
+	into    *vgpu.VGPU // ReceiveInto's vGPU; nil: create one
+	args    vgpu.RestoreArgs
+	fe      FrontEnd
+	log     zerolog.Logger
 
 	v   *vgpu.VGPU
 	rep Report
@@ -162,9 +204,11 @@ func (d *dest) begin(r *stream.Reader) error {
 		cfg.Name = m.Name
 	}
 	d.log = d.log.With().Str("vgpu", cfg.Name).Str("strategy", string(d.rep.Strategy)).Logger()
-	v, err := vgpu.New(cfg, d.args.Pool, d.args.Log)
-	if err != nil {
-		return fmt.Errorf("precopy: creating the destination vGPU: %w", err)
+	v := d.into
+	if v == nil {
+		if v, err = vgpu.New(cfg, d.args.Pool, d.args.Log); err != nil {
+			return fmt.Errorf("precopy: creating the destination vGPU: %w", err)
+		}
 	}
 	v.Quiesce()
 	d.v = v
@@ -265,6 +309,7 @@ func (d *dest) restore() error {
 		return fmt.Errorf("precopy: replaying the front end's config writes: %w", err)
 	}
 	l := d.v.APILog()
+	l.Reset() // ReceiveInto: the vGPU's own objects are gone (its config writes stay, by offset)
 	for _, es := range [][]apilog.Entry{device, frontEnd} {
 		for _, e := range es {
 			l.Record(e)

@@ -117,7 +117,9 @@ func NewSource(v *vgpu.VGPU, conn io.ReadWriter, opts Options) (*Source, error) 
 		report:  Report{Strategy: opts.Strategy},
 	}
 	v.ObserveWrites(tr.MarkWritten)
-	go s.readVerdict()
+	if !opts.NoVerdict {
+		go s.readVerdict()
+	}
 	log.Info().Uint64("mem_size", cfg.MemSize).Int("pages", tr.Pages()).Int("workers", opts.Workers).
 		Msg("migration source started")
 	return s, nil
@@ -206,7 +208,11 @@ func (s *Source) check(ctx context.Context) error {
 // after any failure, and also after a successful Stop when the migration
 // fails later (the destination must then be discarded by its owner). It
 // does nothing after Close.
-func (s *Source) Rollback() {
+func (s *Source) Rollback() { s.rollback(true) }
+
+// rollback is Rollback; with resume false a vGPU that Stop quiesced stays
+// quiesced, for an owner that resumes it later (Native: a VMM's STOP).
+func (s *Source) rollback(resume bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.state == srcRolledBack || s.state == srcClosed {
@@ -215,11 +221,11 @@ func (s *Source) Rollback() {
 	from := s.state
 	s.state = srcRolledBack
 	s.stopTrackingLocked()
-	resumed := s.quiesced
-	if s.quiesced {
+	resumed := resume && s.quiesced
+	if resumed {
 		s.v.Resume()
-		s.quiesced = false
 	}
+	s.quiesced = false
 	interruptReads(s.conn)
 	closeWrite(s.conn)
 	s.log.Warn().Str("from", from.String()).Bool("resumed", resumed).Msg("migration rolled back; source vGPU runs on")

@@ -16,9 +16,10 @@ import (
 // straight from the frozen memory, then DeviceState (vgpu.State without
 // what the API log carries), APILog (kernel objects, fence, interrupt
 // state), FrontEnd (the guest's config writes), a summary Meta and End,
-// and waits for the destination's verdict. On success the source vGPU
-// stays quiesced and the Report has every term of the downtime; on error
-// the caller calls Rollback.
+// and waits for the destination's verdict (not with NoVerdict: the
+// report then lacks the destination's restore and replay times). On
+// success the source vGPU stays quiesced and the Report has every term of
+// the downtime; on error the caller calls Rollback.
 func (s *Source) Stop(ctx context.Context) (Report, error) {
 	if err := s.enter("Stop", false); err != nil {
 		return Report{}, err
@@ -86,6 +87,10 @@ func (s *Source) stop(ctx context.Context, rep *Report) error {
 	}
 	rep.Stop.Transfer = time.Since(t)
 	rep.Stop.Bytes = s.w.Stats().Bytes - before.Bytes
+	if s.opts.NoVerdict {
+		rep.Stop.Total = time.Since(t0)
+		return nil
+	}
 
 	var v verdictResult
 	select {

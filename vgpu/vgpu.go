@@ -210,8 +210,16 @@ func (v *VGPU) Engine() *engine.Engine { return v.eng }
 // cancelled. One client is served at a time; a client that goes away leaves
 // the device as it was for the next.
 func (v *VGPU) Serve(ctx context.Context, l *net.UnixListener) error {
+	return v.ServeDevice(ctx, l, v)
+}
+
+// ServeDevice is Serve for dev, a device built around this vGPU (one that
+// embeds it and adds vfio.Migrator, for instance): the server hosts dev
+// with this vGPU's DMA and IRQ tables, the ones its engine and interrupts
+// use.
+func (v *VGPU) ServeDevice(ctx context.Context, l *net.UnixListener, dev vfio.Device) error {
 	srv := vfio.NewServer(vfio.ServerConfig{
-		Device: v,
+		Device: dev,
 		DMA:    v.dma,
 		IRQs:   v.irqs,
 		Log:    v.log,

@@ -1,0 +1,715 @@
+package precopy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+	"time"
+
+	"gmig/abi"
+	"gmig/engine"
+	"gmig/guest/sim"
+	"gmig/pool"
+	"gmig/precopy/stream"
+	"gmig/vfio"
+	"gmig/vgpu"
+
+	"golang.org/x/sys/unix"
+)
+
+// nativeServed is a vGPU served with Native on a vfio-user socket, as a
+// gmigd serves it to a QEMU that migrates vfio-user devices itself.
+type nativeServed struct {
+	*served
+	n *Native
+}
+
+// serveNative serves v through NewNative(v, opts) until the end of the test
+// (or close), then closes the Native and v.
+func serveNative(t *testing.T, v *vgpu.VGPU, opts Options) *nativeServed {
+	t.Helper()
+	n, err := NewNative(v, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), v.Name()+".sock")
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &served{v: v, path: path, cancel: cancel, done: make(chan error, 1), l: l}
+	go func() { s.done <- v.ServeDevice(ctx, l, n) }()
+	t.Cleanup(func() { n.Close() }) // after s.close: the server has stopped
+	t.Cleanup(s.close)
+	return &nativeServed{s, n}
+}
+
+// dial connects a client, as QEMU would.
+func (s *nativeServed) dial(t *testing.T) *vfio.Client {
+	t.Helper()
+	c, err := vfio.Dial(s.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// stop stops serving (the Native's fields may then be read) and closes v.
+func (s *nativeServed) stop() { s.close() }
+
+func wantMigState(t *testing.T, c *vfio.Client, want vfio.MigState) {
+	t.Helper()
+	got, err := c.MigState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != want {
+		t.Fatalf("migration state %s, want %s", got, want)
+	}
+}
+
+func setMigState(t *testing.T, c *vfio.Client, s vfio.MigState) {
+	t.Helper()
+	if err := c.SetMigState(s); err != nil {
+		t.Fatalf("to %s: %v", s, err)
+	}
+}
+
+// readMigData reads migration data until a short read, as
+// vfio.Client.SaveDevice does; chunks > 0 stops after that many reads.
+func readMigData(t *testing.T, c *vfio.Client, chunks int) []byte {
+	t.Helper()
+	var b []byte
+	for i := 0; chunks == 0 || i < chunks; i++ {
+		data, err := c.MigDataRead(c.MaxDataXfer())
+		if err != nil {
+			t.Fatal(err)
+		}
+		b = append(b, data...)
+		if len(data) < int(c.MaxDataXfer()) {
+			break
+		}
+	}
+	return b
+}
+
+// checkStream checks that b is one whole migration stream
+// (docs/migration-stream.md) for mem bytes, ending exactly at End.
+func checkStream(t *testing.T, b []byte, mem uint64) {
+	t.Helper()
+	r, err := stream.NewReader(bytes.NewReader(b), stream.Limits{MaxBlob: maxStateBlob})
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, mem)
+	for {
+		_, err := r.Next(buf)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("migration data is not a stream: %v", err)
+		}
+	}
+	if err := r.CheckEOF(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// streamPages counts the page records in b, the beginning of a stream.
+func streamPages(t *testing.T, b []byte, mem uint64) int {
+	t.Helper()
+	r, err := stream.NewReader(bytes.NewReader(b), stream.Limits{MaxBlob: maxStateBlob})
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, mem)
+	n := 0
+	for {
+		sec, err := r.Next(buf)
+		switch {
+		case errors.Is(err, io.ErrUnexpectedEOF):
+			return n
+		case err != nil:
+			t.Fatalf("migration data is not a stream: %v", err)
+		case sec.Type == stream.PageBatch:
+			n += sec.Pages
+		}
+	}
+}
+
+// checkSameDevice checks that dst (stopped) holds src's (stopped) memory,
+// state and API log, and shows the guest the same GTT through its client.
+func checkSameDevice(t *testing.T, src, dst *vgpu.VGPU, sc, dc *vfio.Client) {
+	t.Helper()
+	if src.Partition().Offset == dst.Partition().Offset {
+		t.Fatalf("destination at the source's pool offset %#x", src.Partition().Offset)
+	}
+	if !bytes.Equal(src.Memory(), dst.Memory()) {
+		t.Fatal("destination memory differs from the source's")
+	}
+	want, err := src.Save()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := dst.Save()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("destination state differs:\n got %+v\nwant %+v", got.Engine, want.Engine)
+	}
+	if !reflect.DeepEqual(dst.APILog().Compacted(), src.APILog().Compacted()) {
+		t.Fatalf("destination API log %+v, source %+v", dst.APILog().Compacted(), src.APILog().Compacted())
+	}
+	gs, gd := make([]byte, 8*64), make([]byte, 8*64)
+	if err := sc.ReadRegion(abi.BARRegs, abi.GTTOffset, gs); err != nil {
+		t.Fatal(err)
+	}
+	if err := dc.ReadRegion(abi.BARRegs, abi.GTTOffset, gd); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(gs, gd) || bytes.Equal(gs, make([]byte, len(gs))) {
+		t.Fatalf("guest GTT view differs or is empty:\n src % x\n dst % x", gs[:16], gd[:16])
+	}
+}
+
+// runAfter checks that dst, running after a migration from src, launches a
+// kernel loaded before it, and that its engine writes its own partition.
+func runAfter(t *testing.T, src *dev, dv *vgpu.VGPU) {
+	t.Helper()
+	dst := &dev{t: t, v: dv, perm: src.perm, tail: src.tail}
+	if dst.saxpy(hSaxpy) {
+		t.Fatal("a kernel loaded before the migration does not launch after it")
+	}
+	if !dst.saxpy(hRender) {
+		t.Fatal("a kernel unloaded before the migration launched after it")
+	}
+	before := append([]byte(nil), src.page(gFillAfter)...)
+	dst.submit(guest_fill(gFillAfter, 0xabcdef01))
+	if p := dst.page(gFillAfter); p[0] != 0x01 || p[3] != 0xab || p[abi.PageSize-1] != 0xab {
+		t.Fatalf("FILL on the destination did not land in its partition: % x", p[:8])
+	}
+	if !bytes.Equal(src.page(gFillAfter), before) {
+		t.Fatal("FILL on the destination changed the source's memory")
+	}
+}
+
+// nativePair is a source vGPU with content and an empty destination vGPU
+// in another pool at another offset, both served with Native.
+type nativePair struct {
+	src    *dev
+	sn, dn *nativeServed
+	dv     *vgpu.VGPU
+}
+
+func newNativePair(t *testing.T, mem uint64, opts Options) *nativePair {
+	t.Helper()
+	pa, pb := newPool(t, 4*mem), newPool(t, 4*mem)
+	_ = newVGPU(t, pb, "filler", mem) // the destination lands at another offset
+	src := newDev(t, pa, "src", mem, 1)
+	src.fillMemory(2)
+	dv := newVGPU(t, pb, "dst", mem)
+	return &nativePair{src: src, sn: serveNative(t, src.v, opts), dn: serveNative(t, dv, Options{Log: testLog}), dv: dv}
+}
+
+// TestNativeSaveLoad migrates a vGPU with content (GTT, memory, kernels
+// loaded and unloaded through the ring, a fence) with each strategy the
+// way a VMM would through vfio-user alone: SaveDevice on the source's
+// client, LoadDevice on the destination's, then RUNNING. The data is one
+// migration stream; the destination, at another pool offset, has the
+// source's memory, state, API log and guest GTT view, and runs a kernel
+// loaded before the migration.
+func TestNativeSaveLoad(t *testing.T) {
+	for _, strat := range Strategies {
+		t.Run(string(strat), func(t *testing.T) {
+			const mem = 2 << 20
+			p := newNativePair(t, mem, Options{Strategy: strat, Workers: 2, Log: testLog})
+			sc, dc := p.sn.dial(t), p.dn.dial(t)
+			if flags, err := sc.MigrationFlags(); err != nil || flags != vfio.MigrationStopCopy|vfio.MigrationPreCopy {
+				t.Fatalf("migration flags %#x, %v", flags, err)
+			}
+			if size, err := sc.MigDataSize(); err != nil || size < mem {
+				t.Fatalf("MIG_DATA_SIZE before a save %d (%v), want at least the memory, %d", size, err, mem)
+			}
+			var buf bytes.Buffer
+			if err := sc.SaveDevice(&buf); err != nil {
+				t.Fatal(err)
+			}
+			wantMigState(t, sc, vfio.MigStateStop)
+			checkStream(t, buf.Bytes(), mem)
+			if err := dc.LoadDevice(bytes.NewReader(buf.Bytes())); err != nil {
+				t.Fatal(err)
+			}
+			wantMigState(t, dc, vfio.MigStateStop)
+			checkSameDevice(t, p.src.v, p.dv, sc, dc)
+			setMigState(t, dc, vfio.MigStateRunning)
+			runAfter(t, p.src, p.dv)
+
+			p.sn.stop()
+			p.dn.stop()
+			if rs, rd := p.sn.n.Report(), p.dn.n.Report(); rs.Strategy != strat || rs.Stop.Total <= 0 ||
+				rd.Strategy != strat || rd.Stop.Restore <= 0 || rd.Stop.DirtyPages != rs.Stop.DirtyPages {
+				t.Fatalf("reports:\nsource\n%s\ndestination\n%s", rs, rd)
+			}
+		})
+	}
+}
+
+// TestNativePrecopy drives the FSM by hand: PRE_COPY reads until a short
+// read (the whole live pass), then the guest CPU and the engine change the
+// source's memory, then STOP_COPY reads to the end. The changes arrive.
+// Without PRE_COPY (RUNNING -> STOP_COPY, through STOP) the stop phase
+// alone carries everything.
+func TestNativePrecopy(t *testing.T) {
+	for _, precopy := range []bool{true, false} {
+		t.Run(fmt.Sprintf("precopy=%v", precopy), func(t *testing.T) {
+			const mem = 2 << 20
+			p := newNativePair(t, mem, Options{Workers: 2, Log: testLog})
+			sc, dc := p.sn.dial(t), p.dn.dial(t)
+			var data []byte
+			if precopy {
+				setMigState(t, sc, vfio.MigStatePreCopy)
+				data = readMigData(t, sc, 0)
+				if n := streamPages(t, data, mem); n != mem/abi.PageSize {
+					t.Fatalf("PRE_COPY gave %d pages, want the whole live pass (%d)", n, mem/abi.PageSize)
+				}
+				if size, err := sc.MigDataSize(); err != nil || size >= mem {
+					t.Fatalf("MIG_DATA_SIZE after the live pass %d (%v), want less than the memory", size, err)
+				}
+				if more := readMigData(t, sc, 0); len(more) != 0 {
+					t.Fatalf("PRE_COPY gave %d more bytes after its short read", len(more))
+				}
+			}
+			p.src.runWhileLive(3)
+			setMigState(t, sc, vfio.MigStateStopCopy)
+			data = append(data, readMigData(t, sc, 0)...)
+			if more := readMigData(t, sc, 0); len(more) != 0 {
+				t.Fatalf("STOP_COPY gave %d bytes after its end", len(more))
+			}
+			setMigState(t, sc, vfio.MigStateStop)
+			checkStream(t, data, mem)
+
+			if err := dc.LoadDevice(bytes.NewReader(data)); err != nil {
+				t.Fatal(err)
+			}
+			checkSameDevice(t, p.src.v, p.dv, sc, dc)
+			dst := &dev{t: t, v: p.dv, perm: p.src.perm}
+			if pg := dst.page(gFillLive); pg[0] != 0x0d || pg[3] != 0xfe {
+				t.Fatalf("the engine's FILL after PRE_COPY did not arrive: % x", pg[:8])
+			}
+			if !bytes.Equal(dst.page(gCPUWrite), p.src.page(gCPUWrite)) || !bytes.Equal(dst.page(gZeroed), make([]byte, abi.PageSize)) {
+				t.Fatal("the guest CPU's writes after PRE_COPY did not arrive")
+			}
+			setMigState(t, dc, vfio.MigStateRunning)
+			runAfter(t, p.src, p.dv)
+		})
+	}
+}
+
+// corruptions are destination-side failures: each stream is refused by
+// RESUMING -> STOP (or an earlier MIG_DATA_WRITE), wrapping want.
+var corruptions = []struct {
+	name string
+	make func(good []byte) []byte
+	want error
+}{
+	{"page corrupted", func(g []byte) []byte { return corrupt(g, len(g)/3) }, stream.ErrPageHash},
+	{"truncated", func(g []byte) []byte { return g[:len(g)/2] }, io.ErrUnexpectedEOF},
+	{"trailing data", func(g []byte) []byte { return append(append([]byte(nil), g...), 1, 2, 3) }, stream.ErrTrailingData},
+	{"no stream", func([]byte) []byte { return []byte("not a migration stream") }, stream.ErrMagic},
+	{"empty", func([]byte) []byte { return nil }, io.ErrUnexpectedEOF},
+}
+
+// TestNativeCorruptStream feeds the destination broken streams: RESUMING
+// -> STOP fails with the reason, the FSM stays at RESUMING, and after
+// DEVICE_RESET the destination runs and then accepts a good stream.
+func TestNativeCorruptStream(t *testing.T) {
+	const mem = 1 << 20
+	p := newNativePair(t, mem, Options{Log: testLog})
+	sc, dc := p.sn.dial(t), p.dn.dial(t)
+	var good bytes.Buffer
+	if err := sc.SaveDevice(&good); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range corruptions {
+		t.Run(tc.name, func(t *testing.T) {
+			bad := tc.make(good.Bytes())
+			if err := dc.LoadDevice(bytes.NewReader(bad)); err == nil {
+				t.Fatal("a broken stream was loaded")
+			}
+			if err := dc.SetMigState(vfio.MigStateStop); err == nil {
+				t.Fatal("RESUMING -> STOP accepted a broken stream on a second try")
+			}
+			wantMigState(t, dc, vfio.MigStateResuming)
+			if err := dc.Reset(); err != nil {
+				t.Fatal(err)
+			}
+			wantMigState(t, dc, vfio.MigStateRunning)
+			d := program(t, p.dv, 7)
+			d.submit(guest_fill(3, 0x11223344))
+			if pg := d.page(3); pg[0] != 0x44 || pg[abi.PageSize-1] != 0x11 {
+				t.Fatalf("the destination does not run after the reset: % x", pg[:8])
+			}
+
+			// The same stream through the Migrator alone: the reason.
+			n, err := NewNative(newVGPU(t, newPool(t, 2*mem), "direct", mem), Options{Log: testLog})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer n.Close()
+			for _, to := range []vfio.MigState{vfio.MigStateStop, vfio.MigStateResuming} {
+				from := vfio.MigStateRunning
+				if to == vfio.MigStateResuming {
+					from = vfio.MigStateStop
+				}
+				if err := n.SetMigState(from, to); err != nil {
+					t.Fatal(err)
+				}
+			}
+			err = n.MigDataWrite(bad)
+			if err == nil {
+				err = n.SetMigState(vfio.MigStateResuming, vfio.MigStateStop)
+			}
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("refused with %v, want %v", err, tc.want)
+			}
+			if err2 := n.SetMigState(vfio.MigStateResuming, vfio.MigStateStop); !errors.Is(err2, tc.want) {
+				t.Fatalf("RESUMING -> STOP after the failure: %v, want %v", err2, tc.want)
+			}
+		})
+	}
+	if err := dc.LoadDevice(bytes.NewReader(good.Bytes())); err != nil {
+		t.Fatalf("a good stream after the resets: %v", err)
+	}
+	checkSameDevice(t, p.src.v, p.dv, sc, dc)
+	setMigState(t, dc, vfio.MigStateRunning)
+	runAfter(t, p.src, p.dv)
+}
+
+// program gives an existing vGPU a GTT (a permutation of seed), an
+// interrupt mask and an enabled one-page ring at graphics address 0.
+func program(t *testing.T, v *vgpu.VGPU, seed uint64) *dev {
+	t.Helper()
+	pages := int(v.Config().MemSize / abi.PageSize)
+	d := &dev{t: t, v: v, perm: rand.New(rand.NewPCG(seed, 1)).Perm(pages)}
+	for i, a := range d.perm {
+		d.write(abi.BARRegs, abi.GTTOffset+8*uint64(i), put64(uint64(a)<<abi.PageShift|abi.GTTValid|abi.GTTWritable))
+	}
+	d.write(abi.BARRegs, abi.RegIntMask, put32(abi.IntFence|abi.IntError))
+	d.write(abi.BARRegs, abi.RegRingBase, put64(0))
+	d.write(abi.BARRegs, abi.RegRingSize, put32(abi.PageSize))
+	d.write(abi.BARRegs, abi.RegControl, put32(abi.ControlEnable))
+	return d
+}
+
+// TestNativeAbortedSave cuts saves short in each way a VMM may: STOP_COPY
+// left before its end, then STOP -> RUNNING; PRE_COPY left for RUNNING;
+// DEVICE_RESET in PRE_COPY. Each time the source's memory and state are
+// unchanged and its engine runs again (in STOP it stays quiesced, and a
+// doorbell rung then runs on RUNNING); a whole save afterwards migrates it.
+func TestNativeAbortedSave(t *testing.T) {
+	const mem = 2 << 20
+	p := newNativePair(t, mem, Options{Workers: 2, Log: testLog})
+	sc, dc := p.sn.dial(t), p.dn.dial(t)
+	src := p.src
+	// snapshot returns the source's memory and state; running: quiesce
+	// for the state's sake and resume after.
+	snapshot := func(running bool) ([]byte, vgpu.State) {
+		t.Helper()
+		if running {
+			src.v.Quiesce()
+			defer src.v.Resume()
+		}
+		st, err := src.v.Save()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return append([]byte(nil), src.v.Memory()...), st
+	}
+	unchanged := func(what string, mem0 []byte, st0 vgpu.State, running bool) {
+		t.Helper()
+		mem1, st1 := snapshot(running)
+		if !bytes.Equal(mem0, mem1) || !reflect.DeepEqual(st0, st1) {
+			t.Fatalf("%s changed the source", what)
+		}
+	}
+	running := func(what string) {
+		t.Helper()
+		if _, err := src.v.Save(); !errors.Is(err, engine.ErrNotQuiesced) {
+			t.Fatalf("%s: engine not running (Save: %v)", what, err)
+		}
+	}
+
+	mem0, st0 := snapshot(true)
+	setMigState(t, sc, vfio.MigStatePreCopy)
+	readMigData(t, sc, 1)
+	setMigState(t, sc, vfio.MigStateStopCopy)
+	readMigData(t, sc, 1)
+	setMigState(t, sc, vfio.MigStateStop)
+	unchanged("STOP_COPY cut short", mem0, st0, false) // Save succeeds: quiesced
+	cmds := guest_fill(gFillAfter, 0x5a5a5a5a)
+	copy(src.page(0)[src.tail:], cmds)
+	src.tail += uint32(len(cmds))
+	src.write(abi.BARRegs, abi.RegDoorbell, put32(src.tail))
+	setMigState(t, sc, vfio.MigStateRunning)
+	running("STOP -> RUNNING")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := src.v.Engine().WaitIdle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if pg := src.page(gFillAfter); pg[0] != 0x5a || pg[abi.PageSize-1] != 0x5a {
+		t.Fatal("the doorbell rung in STOP did not run after RUNNING")
+	}
+
+	mem0, st0 = snapshot(true)
+	setMigState(t, sc, vfio.MigStatePreCopy)
+	readMigData(t, sc, 1)
+	setMigState(t, sc, vfio.MigStateRunning)
+	running("PRE_COPY -> RUNNING")
+	unchanged("PRE_COPY left for RUNNING", mem0, st0, true)
+
+	mem0, _ = snapshot(true)
+	setMigState(t, sc, vfio.MigStatePreCopy)
+	readMigData(t, sc, 1)
+	if err := sc.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	wantMigState(t, sc, vfio.MigStateRunning)
+	running("DEVICE_RESET in PRE_COPY")
+	if mem1, _ := snapshot(true); !bytes.Equal(mem0, mem1) {
+		t.Fatal("a reset in PRE_COPY changed the source's memory")
+	}
+	// The reset cleared the GTT, the ring and the kernels: program them again.
+	src.perm, src.tail = program(t, src.v, 1).perm, 0
+	src.fillMemory(5)
+
+	var buf bytes.Buffer
+	if err := sc.SaveDevice(&buf); err != nil {
+		t.Fatalf("a whole save after the aborted ones: %v", err)
+	}
+	if err := dc.LoadDevice(bytes.NewReader(buf.Bytes())); err != nil {
+		t.Fatal(err)
+	}
+	checkSameDevice(t, src.v, p.dv, sc, dc)
+	setMigState(t, dc, vfio.MigStateRunning)
+	runAfter(t, src, p.dv)
+}
+
+// oneWay is a connection that only writes, for NoVerdict.
+type oneWay struct{ io.Writer }
+
+func (oneWay) Read([]byte) (int, error) { return 0, io.EOF }
+
+// TestNoVerdict migrates in the verdict-less mode over a one-way pipe into
+// an existing vGPU (ReceiveInto): Stop completes without a verdict, so its
+// report lacks the destination's times. ReceiveInto also answers a
+// verdict over TCP, refuses a verdict on a connection that cannot carry
+// one, and refuses a stream for another memory size.
+func TestNoVerdict(t *testing.T) {
+	const mem = 2 << 20
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pa, pb := newPool(t, 4*mem), newPool(t, 8*mem)
+	_ = newVGPU(t, pb, "filler", 1<<20)
+	src := newDev(t, pa, "src", mem, 1)
+	src.fillMemory(2)
+	type result struct {
+		rep Report
+		err error
+	}
+	receiveInto := func(conn io.Reader, v *vgpu.VGPU, fe FrontEnd, opts Options) <-chan result {
+		ch := make(chan result, 1)
+		go func() {
+			rep, err := ReceiveInto(ctx, conn, v, fe, opts)
+			ch <- result{rep, err}
+		}()
+		return ch
+	}
+	migrate := func(t *testing.T, conn io.ReadWriter, opts Options) Report {
+		t.Helper()
+		s, err := NewSource(src.v, conn, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer src.v.Resume() // the next subtest migrates it again
+		defer s.Close()
+		if err := s.Precopy(ctx); err != nil {
+			t.Fatal(err)
+		}
+		src.runWhileLive(3)
+		rep, err := s.Stop(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep
+	}
+	same := func(t *testing.T, dv *vgpu.VGPU) {
+		t.Helper()
+		src.v.Quiesce()
+		defer src.v.Resume()
+		if !bytes.Equal(src.v.Memory(), dv.Memory()) {
+			t.Fatal("destination memory differs from the source's")
+		}
+		want, _ := src.v.Save()
+		got, err := dv.Save()
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Fatalf("destination state differs (%v)", err)
+		}
+		dv.Resume()
+		runAfter(t, src, dv)
+	}
+
+	t.Run("one-way pipe", func(t *testing.T) {
+		dv := newVGPU(t, pb, "dst1", mem)
+		r, w := io.Pipe()
+		recv := receiveInto(r, dv, nil, Options{NoVerdict: true, Log: testLog})
+		rep := migrate(t, oneWay{w}, Options{NoVerdict: true, Workers: 2, Log: testLog})
+		w.Close()
+		got := <-recv
+		if got.err != nil {
+			t.Fatal(got.err)
+		}
+		if rep.Stop.Total <= 0 || rep.Stop.Restore != 0 || got.rep.Stop.Restore <= 0 {
+			t.Fatalf("source's restore %v (no verdict: want 0), destination's %v", rep.Stop.Restore, got.rep.Stop.Restore)
+		}
+		same(t, dv)
+	})
+	t.Run("verdict over TCP", func(t *testing.T) {
+		dv := newVGPU(t, pb, "dst2", mem)
+		a, b := tcpPair(t)
+		var fe configRecorder
+		recv := receiveInto(b, dv, &fe, Options{Log: testLog})
+		rep := migrate(t, a, Options{Workers: 2, Log: testLog})
+		got := <-recv
+		if got.err != nil {
+			t.Fatal(got.err)
+		}
+		if rep.Stop.Restore != got.rep.Stop.Restore || rep.Stop.Restore <= 0 || len(fe.writes) == 0 {
+			t.Fatalf("source's restore %v, destination's %v; %d config writes", rep.Stop.Restore, got.rep.Stop.Restore, len(fe.writes))
+		}
+		same(t, dv)
+	})
+	t.Run("verdict needs a writer", func(t *testing.T) {
+		dv := newVGPU(t, pb, "dst3", mem)
+		if _, err := ReceiveInto(ctx, bytes.NewReader(nil), dv, nil, Options{Log: testLog}); err == nil {
+			t.Fatal("ReceiveInto accepted a verdict on a reader")
+		}
+	})
+	t.Run("other memory size", func(t *testing.T) {
+		dv := newVGPU(t, pb, "dst4", mem/2)
+		r, w := io.Pipe()
+		recv := receiveInto(r, dv, nil, Options{NoVerdict: true, Log: testLog})
+		s, err := NewSource(src.v, oneWay{w}, Options{NoVerdict: true, Log: testLog})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := <-recv
+		if got.err == nil {
+			t.Fatal("a stream for another memory size was received")
+		}
+		r.CloseWithError(got.err) // what Native does: the source's writes fail
+		if err := s.Precopy(ctx); err == nil {
+			t.Fatal("pre-copy into a refusing destination succeeded")
+		}
+		s.Rollback()
+	})
+}
+
+// attachTo plugs the (paused) guest m into s's device keeping its RAM, as
+// the destination QEMU does before it loads the device's migration data.
+// The driver is rebound (rebind) once the device holds the migrated state.
+func (m *vm) attachTo(s *served) (bus *sim.Bus, rebind func()) {
+	m.t.Helper()
+	fd, err := unix.Dup(int(m.bus.RAMFile().Fd()))
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	ram := os.NewFile(uintptr(fd), "guest-ram")
+	defer ram.Close()
+	if err := m.bus.Close(); err != nil {
+		m.t.Fatalf("closing the guest's old bus: %v", err)
+	}
+	if bus, err = sim.Attach(s.path, sim.Options{RAM: ram}); err != nil {
+		m.t.Fatal(err)
+	}
+	m.bus = bus
+	return bus, func() {
+		if err := m.d.Rebind(bus); err != nil {
+			m.t.Fatal(err)
+		}
+	}
+}
+
+// TestNativeUnderWorkload migrates a guest running a seeded, self-checking
+// workload back and forth three times with each strategy, driven only
+// through vfio-user as a QEMU would: on the source, over the guest's own
+// connection, PRE_COPY read while the guest runs, then the guest paused,
+// STOP_COPY read, STOP; on the destination, with the guest attached,
+// LoadDevice and RUNNING. The final digest equals a never-migrated run's.
+func TestNativeUnderWorkload(t *testing.T) {
+	const (
+		mem        = 8 << 20
+		steps      = 150
+		migrations = 3
+		seed       = 777
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	hosts := [2]*pool.Pool{newPool(t, 4*mem), newPool(t, 4*mem)}
+	_ = newVGPU(t, hosts[0], "filler", 1<<20)
+	newServed := func(host int, name string, strat Strategy) *nativeServed {
+		v, err := vgpu.New(vgpu.Config{Name: name, MemSize: mem}, hosts[host], testLog)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return serveNative(t, v, Options{Strategy: strat, Workers: 2, Log: testLog})
+	}
+	cur := newServed(0, "g0", Strategies[0])
+	m := startVM(ctx, t, cur.served, 1, seed, steps, true)
+	for i := range migrations {
+		next := newServed((i+1)%2, fmt.Sprintf("g%d", i+1), Strategies[(i+1)%len(Strategies)])
+		sc := m.bus.Client()
+		paused, resume := m.gate.pauseAfter(10 + 15*i)
+		setMigState(t, sc, vfio.MigStatePreCopy)
+		data := readMigData(t, sc, 0)
+		select {
+		case <-paused:
+		case err := <-m.done:
+			t.Fatalf("migration %d: the workload ended before the pause (%v)", i+1, err)
+		}
+		setMigState(t, sc, vfio.MigStateStopCopy)
+		data = append(data, readMigData(t, sc, 0)...)
+		setMigState(t, sc, vfio.MigStateStop)
+
+		bus, rebind := m.attachTo(next.served)
+		if err := bus.Client().LoadDevice(bytes.NewReader(data)); err != nil {
+			t.Fatalf("migration %d: %v", i+1, err)
+		}
+		setMigState(t, bus.Client(), vfio.MigStateRunning)
+		rebind()
+		resume()
+		cur.close()
+		t.Logf("migration %d: %d bytes of migration data, guest paused at step %d, pool offset %#x",
+			i+1, len(data), m.gate.pausedAt(), next.v.Partition().Offset)
+		cur = next
+	}
+	if err := <-m.done; err != nil {
+		t.Fatalf("workload after %d migrations: %v", migrations, err)
+	}
+	got := m.digest()
+	if want := reference(ctx, t, hosts[0], seed, steps, mem); got != want {
+		t.Fatalf("digest after %d migrations %x, never migrated %x", migrations, got, want)
+	}
+}
