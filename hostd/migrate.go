@@ -145,15 +145,20 @@ func (h *Host) ServeMigrations(ctx context.Context, l net.Listener, fe precopy.F
 func (h *Host) receive(ctx context.Context, conn net.Conn, fe precopy.FrontEnd, done Incoming) {
 	defer conn.Close()
 	log := h.log.With().Str("peer", conn.RemoteAddr().String()).Logger()
-	v, rep, err := precopy.Receive(ctx, conn, vgpu.RestoreArgs{Pool: h.pool, Log: h.log}, fe)
-	if err != nil {
-		log.Warn().Err(err).Msg("incoming migration failed; nothing kept")
-		return
+	var info Info
+	// The vGPU is named and served before the success verdict goes out: a
+	// clash of names refuses the migration while the source still runs.
+	adopt := func(v *vgpu.VGPU) (err error) {
+		info, err = h.adopt(v)
+		return err
 	}
-	info, err := h.adopt(v)
+	_, rep, err := precopy.ReceiveAdopt(ctx, conn, vgpu.RestoreArgs{Pool: h.pool, Log: h.log}, fe, adopt)
 	if err != nil {
-		log.Warn().Err(err).Msg("incoming migration: vGPU could not be served; discarded")
-		_ = v.Close()
+		if info.Name != "" {
+			// Adopted, but the verdict did not get out: drop it again.
+			_ = h.Destroy(info.Name)
+		}
+		log.Warn().Err(err).Msg("incoming migration failed; nothing kept")
 		return
 	}
 	log.Info().Str("vgpu", info.Name).Uint64("pool_offset", info.PoolOffset).Msg("incoming migration: vGPU arrived")

@@ -199,6 +199,21 @@ func TestMigrateFailureKeepsSource(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("workload: %v", err)
 	}
+	// A destination that already has a vGPU of that name refuses before its
+	// verdict, so the source keeps the vGPU and the guest goes on.
+	back := newMigHost(t, ctx, false)
+	if _, err := back.Create(vgpu.Config{Name: "g", MemSize: 1 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dst.Migrate(ctx, "g", back.addr, opts); err == nil || !errors.Is(err, precopy.ErrRefused) {
+		t.Fatalf("migrating onto a name in use: %v, want a refusal", err)
+	}
+	if _, err := dst.Get("g"); err != nil {
+		t.Fatalf("the refused vGPU left its host: %v", err)
+	}
+	if got := len(back.Pool().Partitions()); got != 1 {
+		t.Fatalf("the refusing host kept %d partitions, want its own 1", got)
+	}
 	if _, err := src.Migrate(ctx, "nope", dst.addr, opts); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("migrating an unknown vGPU: %v", err)
 	}

@@ -40,9 +40,21 @@ type FrontEnd interface {
 // the refusal is not lost to a reset), and Receive returns the error.
 // Bound ctx: it also bounds that wait.
 func Receive(ctx context.Context, conn io.ReadWriter, args vgpu.RestoreArgs, fe FrontEnd) (*vgpu.VGPU, Report, error) {
-	d := &dest{conn: conn, verdict: conn, args: args, fe: fe, log: args.Log}
+	return ReceiveAdopt(ctx, conn, args, fe, nil)
+}
+
+// ReceiveAdopt is Receive with a last check before the verdict: adopt is
+// given the restored vGPU (still quiesced) and may take it into service —
+// name it, serve its socket — or refuse it. A refusal is sent to the source
+// as the destination's, so the source keeps running; once the source has
+// read a success verdict it may discard its vGPU, so anything that can fail
+// on the destination belongs in adopt, not after Receive returns. If the
+// verdict cannot be sent after adopt accepted, Receive still fails and
+// closes the vGPU: adopt's owner must then drop it too.
+func ReceiveAdopt(ctx context.Context, conn io.ReadWriter, args vgpu.RestoreArgs, fe FrontEnd, adopt func(*vgpu.VGPU) error) (*vgpu.VGPU, Report, error) {
+	d := &dest{conn: conn, verdict: conn, args: args, fe: fe, log: args.Log, adopt: adopt}
 	if err := d.run(ctx); err != nil {
-		if d.v != nil {
+		if d.v != nil { // the verdict could not be sent after all
 			if cerr := d.v.Close(); cerr != nil {
 				d.log.Error().Err(cerr).Msg("discarding the destination vGPU")
 			}
@@ -86,6 +98,11 @@ func (d *dest) run(ctx context.Context) error {
 	stop := watch(ctx, d.conn)
 	defer stop()
 	err := d.receive(ctx)
+	if err == nil && d.adopt != nil {
+		if err = d.adopt(d.v); err != nil {
+			err = fmt.Errorf("precopy: the destination host refused the vGPU: %w", err)
+		}
+	}
 	if err == nil {
 		if d.verdict != nil {
 			err = writeVerdict(d.verdict, meta{OK: true, Report: &d.rep})
@@ -101,6 +118,14 @@ func (d *dest) run(ctx context.Context) error {
 	if ctx.Err() != nil {
 		err = fmt.Errorf("precopy: receiving: %w (%v)", ctx.Err(), err)
 	}
+	// A vGPU this Receive created is discarded before the source hears the
+	// refusal, so by then nothing of the migration is left here.
+	if d.into == nil && d.v != nil {
+		if cerr := d.v.Close(); cerr != nil {
+			d.log.Error().Err(cerr).Msg("discarding the destination vGPU")
+		}
+		d.v = nil
+	}
 	if d.verdict != nil {
 		if verr := writeVerdict(d.verdict, meta{Error: err.Error()}); verr == nil && ctx.Err() == nil {
 			_, _ = io.Copy(io.Discard, d.conn)
@@ -114,6 +139,7 @@ type dest struct {
 	conn    io.Reader
 	verdict io.Writer  // nil: no verdict
 	into    *vgpu.VGPU // ReceiveInto's vGPU; nil: create one
+	adopt   func(*vgpu.VGPU) error
 	args    vgpu.RestoreArgs
 	fe      FrontEnd
 	log     zerolog.Logger
