@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"gmig/pool"
+	"gmig/precopy"
 	"gmig/vgpu"
 )
 
@@ -66,6 +67,7 @@ type Host struct {
 // served is a vGPU with its vfio-user listener and server goroutine.
 type served struct {
 	v         *vgpu.VGPU
+	native    *precopy.Native // v with the vfio-user migration interface
 	socket    string
 	stop      context.CancelFunc
 	done      chan error
@@ -130,10 +132,17 @@ func (h *Host) serveLocked(v *vgpu.VGPU) (*served, error) {
 	if err != nil {
 		return nil, fmt.Errorf("hostd: listening on %s: %w", path, err)
 	}
+	// Served through precopy.Native: the vfio-user migration interface
+	// (DEVICE_FEATURE, MIG_DATA_*) is there for a client that drives it.
+	n, err := precopy.NewNative(v, precopy.Options{Log: h.log})
+	if err != nil {
+		_ = l.Close()
+		return nil, err
+	}
 	ctx, stop := context.WithCancel(context.Background())
-	s := &served{v: v, socket: path, stop: stop, done: make(chan error, 1)}
+	s := &served{v: v, native: n, socket: path, stop: stop, done: make(chan error, 1)}
 	go func() {
-		err := v.Serve(ctx, l)
+		err := v.ServeDevice(ctx, l, n)
 		_ = l.Close()
 		s.done <- err
 	}()
@@ -214,7 +223,7 @@ func (h *Host) shutdown(s *served) error {
 	s.stop()
 	serr := <-s.done
 	_ = os.Remove(s.socket)
-	err := s.v.Close()
+	err := s.native.Close() // ends any native migration, then closes the vGPU
 	if serr != nil && !errors.Is(serr, context.Canceled) {
 		h.log.Warn().Err(serr).Str("vgpu", s.v.Name()).Msg("vfio-user server ended with an error")
 	}

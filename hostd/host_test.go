@@ -3,6 +3,8 @@ package hostd
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"gmig/vfio"
 	"gmig/vgpu"
 )
 
@@ -135,5 +138,50 @@ func TestCreateRejectsGarbageBody(t *testing.T) {
 	}
 	if len(h.List()) != 0 {
 		t.Fatal("garbage created a vGPU")
+	}
+}
+
+// TestNativeMigrationInterface checks that a vGPU's socket offers the
+// vfio-user migration interface (what a QEMU whose client migrates would
+// use), and that a native save and a gmigd migration exclude each other.
+func TestNativeMigrationInterface(t *testing.T) {
+	h := newHost(t)
+	info, err := h.Create(vgpu.Config{Name: "n", MemSize: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := vfio.Dial(info.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	flags, err := c.MigrationFlags()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := uint64(vfio.MigrationStopCopy | vfio.MigrationPreCopy); flags != want {
+		t.Fatalf("migration flags %#x, want %#x", flags, want)
+	}
+	if err := c.SetMigState(vfio.MigStatePreCopy); err != nil {
+		t.Fatal(err)
+	}
+	// A peer that accepts, so the migration gets as far as claiming the vGPU.
+	peer, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	go func() {
+		if c, err := peer.Accept(); err == nil {
+			_, _ = io.Copy(io.Discard, c)
+			c.Close()
+		}
+	}()
+	opts := MigrateOptions{Pause: func(context.Context) error { return nil }}
+	if _, err := h.Migrate(context.Background(), "n", peer.Addr().String(), opts); !errors.Is(err, vgpu.ErrObserved) {
+		t.Fatalf("a gmigd migration during a native one: %v, want vgpu.ErrObserved", err)
+	}
+	if err := c.SetMigState(vfio.MigStateRunning); err != nil {
+		t.Fatalf("abandoning the native save: %v", err)
 	}
 }

@@ -76,8 +76,9 @@ const liveBatch = stream.DefaultBatchPages
 
 // NewSource starts migrating v over conn: it sends the stream header and
 // the begin Meta (name, memory size, GTT entries, strategy), starts exact
-// tracking of the engine's writes (v.ObserveWrites; it replaces any other
-// observer until Rollback or Close), and starts reading conn for the
+// tracking of the engine's writes (v.ObserveWrites, held until Rollback or
+// Close; a vGPU already being migrated is refused with vgpu.ErrObserved),
+// and starts reading conn for the
 // destination's verdict. conn's Read and Write must be usable at the same
 // time (as a net.Conn's are); the caller owns conn and closes it after
 // Stop, Rollback or Close. Deadlines, when conn has them, are used to
@@ -94,17 +95,22 @@ func NewSource(v *vgpu.VGPU, conn io.ReadWriter, opts Options) (*Source, error) 
 	if err != nil {
 		return nil, fmt.Errorf("precopy: dirty tracker: %w", err)
 	}
+	// Claim the engine's writes first: one migration of a vGPU at a time.
+	if err := v.ObserveWrites(tr.MarkWritten); err != nil {
+		return nil, fmt.Errorf("precopy: %w", err)
+	}
 	if err := populate(mem, false); err != nil {
 		log.Warn().Err(err).Msg("populating the source partition; holes fault in when read")
 	}
 	w, err := stream.NewWriter(conn)
-	if err != nil {
-		return nil, fmt.Errorf("precopy: %w", err)
+	if err == nil {
+		err = writeMeta(w, meta{
+			Phase: phaseBegin, Name: cfg.Name, MemSize: cfg.MemSize, GTTEntries: cfg.GTTEntries,
+			Strategy: opts.Strategy, StateEncoding: stateEncoding,
+		})
 	}
-	if err := writeMeta(w, meta{
-		Phase: phaseBegin, Name: cfg.Name, MemSize: cfg.MemSize, GTTEntries: cfg.GTTEntries,
-		Strategy: opts.Strategy, StateEncoding: stateEncoding,
-	}); err != nil {
+	if err != nil {
+		_ = v.ObserveWrites(nil)
 		return nil, fmt.Errorf("precopy: %w", err)
 	}
 	s := &Source{
@@ -116,7 +122,6 @@ func NewSource(v *vgpu.VGPU, conn io.ReadWriter, opts Options) (*Source, error) 
 		verdict: make(chan verdictResult, 1),
 		report:  Report{Strategy: opts.Strategy},
 	}
-	v.ObserveWrites(tr.MarkWritten)
 	if !opts.NoVerdict {
 		go s.readVerdict()
 	}

@@ -187,16 +187,24 @@ func (v *VGPU) Stats() Stats {
 	}
 }
 
+// ErrObserved reports a vGPU whose engine writes are already observed: one
+// migration at a time.
+var ErrObserved = errors.New("vgpu: engine writes already observed (a migration is in progress)")
+
 // ObserveWrites makes the engine report every graphics-memory range it
 // writes to f, as byte offsets into Memory(), until ObserveWrites(nil). f is
 // called from the engine goroutine and must be quick (a dirty tracker's
-// MarkWritten).
-func (v *VGPU) ObserveWrites(f func(off, n uint64)) {
+// MarkWritten). There is one observer at a time: setting a second fails
+// with ErrObserved.
+func (v *VGPU) ObserveWrites(f func(off, n uint64)) error {
 	if f == nil {
 		v.wroteHook.Store(nil)
-		return
+		return nil
 	}
-	v.wroteHook.Store(&f)
+	if !v.wroteHook.CompareAndSwap(nil, &f) {
+		return ErrObserved
+	}
+	return nil
 }
 
 // APILog returns the vGPU's API log: kernel objects, the last fence, the

@@ -270,7 +270,12 @@ func TestObserveWrites(t *testing.T) {
 	v := newVGPU(t, p, "v", 1<<20)
 	type rng struct{ off, n uint64 }
 	got := make(chan rng, 16)
-	v.ObserveWrites(func(off, n uint64) { got <- rng{off, n} })
+	if err := v.ObserveWrites(func(off, n uint64) { got <- rng{off, n} }); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.ObserveWrites(func(off, n uint64) {}); !errors.Is(err, ErrObserved) {
+		t.Fatalf("a second observer: %v, want ErrObserved", err)
+	}
 	// GTT: graphics page 0 -> aperture page 5 (the ring), graphics page 1 -> aperture page 9.
 	write(t, v, abi.BARRegs, abi.GTTOffset, put64(5<<abi.PageShift|abi.GTTValid|abi.GTTWritable))
 	write(t, v, abi.BARRegs, abi.GTTOffset+8, put64(9<<abi.PageShift|abi.GTTValid|abi.GTTWritable))
