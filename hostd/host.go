@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -29,6 +30,11 @@ type Config struct {
 	PoolSize uint64 // bytes of graphics memory shared by all vGPUs
 	RunDir   string // vfio-user sockets live here, one per vGPU: RunDir/NAME.sock
 	Log      zerolog.Logger
+	// OnHeartbeat, if set, sees every guest HEARTBEAT write of every vGPU
+	// on this host, created or arrived by migration, stamped with this
+	// host's clock: the largest gap between consecutive values is the
+	// guest-observed downtime.
+	OnHeartbeat func(vgpu string, value uint64, at time.Time)
 }
 
 // Sentinel errors callers branch on (the control API maps them to HTTP
@@ -109,6 +115,10 @@ func (h *Host) Create(cfg vgpu.Config) (Info, error) {
 	}
 	if _, ok := h.vgpus[cfg.Name]; ok {
 		return Info{}, fmt.Errorf("%w: %s", ErrExists, cfg.Name)
+	}
+	if hb := h.cfg.OnHeartbeat; hb != nil && cfg.OnHeartbeat == nil {
+		name := cfg.Name
+		cfg.OnHeartbeat = func(v uint64, at time.Time) { hb(name, v, at) }
 	}
 	v, err := vgpu.New(cfg, h.pool, h.log)
 	if err != nil {

@@ -20,7 +20,15 @@ import (
 
 func newHost(t *testing.T) *Host {
 	t.Helper()
-	h, err := New(Config{PoolSize: 16 << 20, RunDir: t.TempDir(), Log: zerolog.Nop()})
+	return newHostWith(t, Config{})
+}
+
+// newHostWith is newHost with cfg's hooks (pool size, run dir and log are
+// the test's).
+func newHostWith(t *testing.T, cfg Config) *Host {
+	t.Helper()
+	cfg.PoolSize, cfg.RunDir, cfg.Log = 16<<20, t.TempDir(), zerolog.Nop()
+	h, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

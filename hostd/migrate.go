@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"gmig/precopy"
@@ -148,11 +149,23 @@ func (h *Host) receive(ctx context.Context, conn net.Conn, fe precopy.FrontEnd, 
 	var info Info
 	// The vGPU is named and served before the success verdict goes out: a
 	// clash of names refuses the migration while the source still runs.
+	var name atomic.Pointer[string]
 	adopt := func(v *vgpu.VGPU) (err error) {
+		n := v.Name()
+		name.Store(&n)
 		info, err = h.adopt(v)
 		return err
 	}
-	_, rep, err := precopy.ReceiveAdopt(ctx, conn, vgpu.RestoreArgs{Pool: h.pool, Log: h.log}, fe, adopt)
+	var cfg vgpu.Config
+	if hb := h.cfg.OnHeartbeat; hb != nil {
+		// The name arrives with the stream; heartbeats only once adopted.
+		cfg.OnHeartbeat = func(v uint64, at time.Time) {
+			if n := name.Load(); n != nil {
+				hb(*n, v, at)
+			}
+		}
+	}
+	_, rep, err := precopy.ReceiveAdopt(ctx, conn, vgpu.RestoreArgs{Config: cfg, Pool: h.pool, Log: h.log}, fe, adopt)
 	if err != nil {
 		if info.Name != "" {
 			// Adopted, but the verdict did not get out: drop it again.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,7 +23,12 @@ type migHost struct {
 
 func newMigHost(t *testing.T, ctx context.Context, filler bool) *migHost {
 	t.Helper()
-	h := newHost(t)
+	return newMigHostWith(t, ctx, filler, Config{})
+}
+
+func newMigHostWith(t *testing.T, ctx context.Context, filler bool, cfg Config) *migHost {
+	t.Helper()
+	h := newHostWith(t, cfg)
 	if filler {
 		// Another tenant first, so vGPUs land at different pool offsets here
 		// and on the other host.
@@ -43,6 +49,56 @@ func newMigHost(t *testing.T, ctx context.Context, filler bool) *migHost {
 
 var testWorkload = guest.WorkloadConfig{MemSize: 2 << 20}
 
+// heartbeatLog records guest heartbeats from several hosts.
+type heartbeatLog struct {
+	mu    sync.Mutex
+	beats []beat
+}
+
+type beat struct {
+	host, vgpu string
+	value      uint64
+	at         time.Time
+}
+
+// recorder returns an OnHeartbeat hook for the host called host.
+func (l *heartbeatLog) recorder(host string) func(string, uint64, time.Time) {
+	return func(vgpu string, v uint64, at time.Time) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.beats = append(l.beats, beat{host, vgpu, v, at})
+	}
+}
+
+// summary counts vgpu's heartbeats and the hosts that saw them, finds the
+// largest host-clock gap between consecutive values (the guest-observed
+// pause), and says whether values arrived in increasing order.
+func (l *heartbeatLog) summary(vgpu string) (n, hosts int, gap time.Duration, ordered bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	seen := map[string]bool{}
+	ordered = true
+	var prev *beat
+	for i := range l.beats {
+		b := &l.beats[i]
+		if b.vgpu != vgpu {
+			continue
+		}
+		n++
+		seen[b.host] = true
+		if prev != nil {
+			if b.value <= prev.value {
+				ordered = false
+			}
+			if b.value == prev.value+1 {
+				gap = max(gap, b.at.Sub(prev.at))
+			}
+		}
+		prev = b
+	}
+	return n, len(seen), gap, ordered
+}
+
 const (
 	testSeed  = 11
 	testSteps = 240
@@ -55,7 +111,11 @@ const (
 func TestMigrateBetweenHosts(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	hosts := []*migHost{newMigHost(t, ctx, true), newMigHost(t, ctx, false)}
+	var beats heartbeatLog
+	hosts := []*migHost{
+		newMigHostWith(t, ctx, true, Config{OnHeartbeat: beats.recorder("a")}),
+		newMigHostWith(t, ctx, false, Config{OnHeartbeat: beats.recorder("b")}),
+	}
 
 	info, err := hosts[0].Create(vgpu.Config{Name: "g", MemSize: 8 << 20})
 	if err != nil {
@@ -65,6 +125,7 @@ func TestMigrateBetweenHosts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	stopBeat := vm.StartHeartbeat(time.Millisecond)
 	done := make(chan error, 1)
 	go func() { done <- vm.Run(ctx, testSteps) }()
 
@@ -100,11 +161,19 @@ func TestMigrateBetweenHosts(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("workload: %v", err)
 	}
+	stopBeat()
 	got, err := vm.Digest()
 	if err != nil {
 		t.Fatal(err)
 	}
 	vm.Close()
+	// The guest's heartbeat went on across the moves, seen by both hosts'
+	// clocks, in order.
+	n, hostsSeen, gap, ordered := beats.summary("g")
+	if n == 0 || hostsSeen != 2 || !ordered {
+		t.Fatalf("heartbeats: %d seen, from %d hosts, in order %v", n, hostsSeen, ordered)
+	}
+	t.Logf("%d heartbeats; largest gap (guest-observed pause, host clock) %s", n, gap.Round(time.Microsecond))
 	if len(offsets) < 2 {
 		t.Fatalf("the vGPU never changed pool offset: %v", offsets)
 	}

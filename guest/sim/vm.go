@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
+	"gmig/abi"
 	"gmig/guest"
 )
 
@@ -31,6 +33,10 @@ type VM struct {
 	running  bool
 	finished chan struct{} // closed when Run returns
 	waiters  []stepWaiter
+	hbParked chan struct{} // closed when the heartbeat has stopped for a pause
+	hbOn     bool          // a heartbeat goroutine runs
+
+	busMu sync.RWMutex // the heartbeat's bus use against Move's swap
 }
 
 // stepWaiter is a WaitStep call: ch closes once the workload has run step
@@ -144,18 +150,87 @@ func (vm *VM) Pause(ctx context.Context) error {
 	}
 	vm.pauseReq = true
 	vm.paused, vm.resume = make(chan struct{}), make(chan struct{})
-	paused, fin, running := vm.paused, vm.finished, vm.running
+	vm.hbParked = make(chan struct{})
+	paused, fin, running, hb, parked := vm.paused, vm.finished, vm.running, vm.hbOn, vm.hbParked
 	vm.mu.Unlock()
-	if !running {
-		return nil
+	if running {
+		select {
+		case <-paused:
+		case <-fin:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
-	select {
-	case <-paused:
-	case <-fin:
-	case <-ctx.Done():
-		return ctx.Err()
+	if hb {
+		select {
+		case <-parked:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	return nil
+}
+
+// StartHeartbeat writes an increasing value to the vGPU's HEARTBEAT
+// register every period, as the guest program does inside a real VM, so the
+// host can time the guest's pauses with its own clock. The heartbeat stops
+// while the VM is paused (Pause waits for it) and follows Move. stop ends it.
+func (vm *VM) StartHeartbeat(period time.Duration) (stop func()) {
+	vm.mu.Lock()
+	vm.hbOn = true
+	vm.mu.Unlock()
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		for i := uint64(1); ; i++ {
+			select {
+			case <-quit:
+				return
+			case <-tick.C:
+			}
+			if !vm.heartbeatGate(quit) {
+				return
+			}
+			vm.busMu.RLock()
+			_ = vm.bus.WriteReg64(abi.RegHeartbeat, i)
+			vm.busMu.RUnlock()
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			close(quit)
+			<-done
+			vm.mu.Lock()
+			vm.hbOn = false
+			vm.mu.Unlock()
+		})
+	}
+}
+
+// heartbeatGate parks the heartbeat while the VM is paused; false means
+// quit.
+func (vm *VM) heartbeatGate(quit chan struct{}) bool {
+	vm.mu.Lock()
+	if !vm.pauseReq {
+		vm.mu.Unlock()
+		return true
+	}
+	parked, resume := vm.hbParked, vm.resume
+	vm.mu.Unlock()
+	select {
+	case <-parked:
+	default:
+		close(parked)
+	}
+	select {
+	case <-resume:
+		return true
+	case <-quit:
+		return false
+	}
 }
 
 // Resume lets a paused guest go on.
@@ -172,6 +247,8 @@ func (vm *VM) Resume() {
 // and rebinds the driver: what a migration's destination QEMU and the
 // migrated guest see.
 func (vm *VM) Move(socket string) error {
+	vm.busMu.Lock()
+	defer vm.busMu.Unlock()
 	fd, err := unix.Dup(int(vm.bus.RAMFile().Fd()))
 	if err != nil {
 		return fmt.Errorf("sim: keeping guest RAM: %w", err)
