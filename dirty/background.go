@@ -121,7 +121,7 @@ func (t *Tracker) background1(ctx context.Context, run *bgRun, pagesPerSec int) 
 					continue
 				}
 				checked++
-				_, dirty, didHash := t.checkContent(p, buf)
+				_, dirty, didHash := t.checkContent(p, buf, false)
 				if didHash {
 					hashed++
 				}

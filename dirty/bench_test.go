@@ -134,3 +134,25 @@ func BenchmarkHashMem(b *testing.B) {
 	})
 	_ = sink
 }
+
+// BenchmarkScanCopyVsFrozen compares Scan (copy, then hash) with
+// ScanFrozen (hash in place) on the same clean 64 MiB, side by side.
+func BenchmarkScanCopyVsFrozen(b *testing.B) {
+	const pages = 64 << 20 / PageSize
+	mem := randMem(b, pages, 33)
+	tr := newTracker(b, mem, Options{})
+	recordAll(b, tr)
+	for _, c := range []struct {
+		name string
+		scan func(context.Context) (ScanResult, error)
+	}{{"copy", tr.Scan}, {"frozen", tr.ScanFrozen}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(mem)))
+			for b.Loop() {
+				if res, err := c.scan(context.Background()); err != nil || len(res.Dirty) != 0 {
+					b.Fatalf("%v, %d dirty", err, len(res.Dirty))
+				}
+			}
+		})
+	}
+}

@@ -58,6 +58,18 @@ const scanChunk = 256
 // Unrecorded, Sample and Hash that applies; only pages whose samples match
 // are hashed. Scan runs on Options.Workers goroutines and changes no state.
 func (t *Tracker) Scan(ctx context.Context) (ScanResult, error) {
+	return t.scan(ctx, false)
+}
+
+// ScanFrozen is Scan for memory that nothing writes while it runs (the VM
+// stopped, the engine quiesced: a migration's stop phase). It hashes pages
+// where they are instead of copying each one first, which saves the copy
+// on every page it hashes. With writers it would be a data race.
+func (t *Tracker) ScanFrozen(ctx context.Context) (ScanResult, error) {
+	return t.scan(ctx, true)
+}
+
+func (t *Tracker) scan(ctx context.Context, frozen bool) (ScanResult, error) {
 	start := time.Now()
 	found := make([]uint64, (t.pages+63)/64)
 	counts := make([][NumSources]int, t.workers)
@@ -66,7 +78,7 @@ func (t *Tracker) Scan(ctx context.Context) (ScanResult, error) {
 		var n [NumSources]int
 		h := 0
 		for p := lo; p < hi; p++ {
-			src, dirty, didHash := t.check(p, buf)
+			src, dirty, didHash := t.check(p, buf, frozen)
 			if didHash {
 				h++
 			}
@@ -110,8 +122,9 @@ func (t *Tracker) Scan(ctx context.Context) (ScanResult, error) {
 }
 
 // check decides whether page p is dirty and under which source, using buf
-// to copy the page if it must be hashed; hashed says whether it was.
-func (t *Tracker) check(p int, buf []byte) (src Source, dirty, hashed bool) {
+// to copy the page if it must be hashed (unless frozen: then in place);
+// hashed says whether it was.
+func (t *Tracker) check(p int, buf []byte, frozen bool) (src Source, dirty, hashed bool) {
 	switch {
 	case t.engine.has(p):
 		return Engine, true, false
@@ -120,17 +133,21 @@ func (t *Tracker) check(p int, buf []byte) (src Source, dirty, hashed bool) {
 	case !t.recorded.has(p):
 		return Unrecorded, true, false
 	}
-	return t.checkContent(p, buf)
+	return t.checkContent(p, buf, frozen)
 }
 
 // checkContent compares recorded page p's current content with its
 // recording: samples first, then, if they match, the full hash.
-func (t *Tracker) checkContent(p int, buf []byte) (src Source, dirty, hashed bool) {
+func (t *Tracker) checkContent(p int, buf []byte, frozen bool) (src Source, dirty, hashed bool) {
 	if !t.samplesMatch(p) {
 		return Sample, true, false
 	}
-	copyPage(buf, t.page(p))
-	return Hash, HashPage(buf) != t.hashes[p].Load(), true
+	page := t.page(p)
+	if !frozen {
+		copyPage(buf, page)
+		page = buf
+	}
+	return Hash, HashPage(page) != t.hashes[p].Load(), true
 }
 
 // samplesMatch reports whether page p's sampled words equal its recorded

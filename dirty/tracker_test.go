@@ -50,7 +50,7 @@ func recordAll(tb testing.TB, tr *Tracker) {
 
 // sourceOf is the source Scan would give page p, or ok=false if clean.
 func sourceOf(tr *Tracker, p int) (Source, bool) {
-	src, dirty, _ := tr.check(p, make([]byte, PageSize))
+	src, dirty, _ := tr.check(p, make([]byte, PageSize), false)
 	return src, dirty
 }
 
@@ -195,6 +195,14 @@ func TestScanCPUWrites(t *testing.T) {
 		if got, _ := sourceOf(tr, p); got != src {
 			t.Errorf("page %d: source %v, want %v", p, got, src)
 		}
+	}
+	// Hashing in place (memory frozen) finds exactly the same.
+	frozen, err := tr.ScanFrozen(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(frozen.Dirty, res.Dirty) || frozen.BySource != res.BySource || frozen.PagesHashed != res.PagesHashed {
+		t.Fatalf("ScanFrozen %+v, Scan %+v", frozen, res)
 	}
 }
 

@@ -119,7 +119,7 @@ func (s *Source) finalScan(ctx context.Context, rep *Report) ([]uint32, error) {
 		rep.Stop.BySource[dirty.Unrecorded] = len(all)
 		return all, nil
 	}
-	res, err := s.tr.Scan(ctx)
+	res, err := s.tr.ScanFrozen(ctx) // VM stopped, engine quiesced: hash in place
 	if err != nil {
 		return nil, err
 	}
