@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
-	"golang.org/x/sys/unix"
 
 	"gmig/dirty"
 	"gmig/guest"
@@ -163,13 +162,6 @@ func (h *benchHost) serve(v *vgpu.VGPU) (path string, stop func(), err error) {
 	return path, func() { once.Do(func() { cancel(); <-done; l.Close() }) }, nil
 }
 
-// guestVM is the simulated guest: bus, driver, workload.
-type guestVM struct {
-	bus *sim.Bus
-	d   *guest.Driver
-	w   *guest.Workload
-}
-
 func (c *benchConfig) workerCount() int {
 	if c.workers > 0 {
 		return c.workers
@@ -193,36 +185,10 @@ func (c *benchConfig) prefill(v *vgpu.VGPU) {
 	}
 }
 
-func (c *benchConfig) startGuest(socket string) (*guestVM, error) {
-	bus, err := sim.Attach(socket, sim.Options{MSI: true})
-	if err != nil {
-		return nil, err
-	}
-	d, err := guest.Open(bus, guest.Options{Seed: c.seed, UseIRQ: true})
-	if err == nil {
-		var w *guest.Workload
-		if w, err = guest.NewWorkload(c.seed, guest.WorkloadConfig{MemSize: c.wmem}); err == nil {
-			return &guestVM{bus: bus, d: d, w: w}, nil
-		}
-	}
-	bus.Close()
-	return nil, err
-}
-
-// moveTo re-attaches the guest to socket keeping its RAM, as the
-// destination QEMU does, and rebinds the driver.
-func (g *guestVM) moveTo(socket string) error {
-	fd, err := unix.Dup(int(g.bus.RAMFile().Fd()))
-	if err != nil {
-		return err
-	}
-	ram := os.NewFile(uintptr(fd), "guest-ram")
-	defer ram.Close()
-	g.bus.Close()
-	if g.bus, err = sim.Attach(socket, sim.Options{RAM: ram, MSI: true}); err != nil {
-		return err
-	}
-	return g.d.Rebind(g.bus)
+// startGuest attaches the simulated VM (MSI, interrupts) with the run's
+// seed and workload.
+func (c *benchConfig) startGuest(socket string) (*sim.VM, error) {
+	return sim.StartVM(socket, c.seed, guest.WorkloadConfig{MemSize: c.wmem}, sim.Options{MSI: true})
 }
 
 func (c *benchConfig) reference(ctx context.Context) ([32]byte, error) {
@@ -246,47 +212,11 @@ func (c *benchConfig) reference(ctx context.Context) ([32]byte, error) {
 	if err != nil {
 		return [32]byte{}, err
 	}
-	defer g.bus.Close()
-	if err := g.w.Run(ctx, g.d, c.steps); err != nil {
+	defer g.Close()
+	if err := g.Run(ctx, c.steps); err != nil {
 		return [32]byte{}, err
 	}
-	return g.w.Digest(g.d)
-}
-
-// benchGate is the workload gate of one run: it reports when the workload
-// reaches step startAt (the pre-copy starts) and stops the guest at
-// operation pauseOp of step pauseAt until resume is closed. It runs on the
-// workload's goroutine only.
-type benchGate struct {
-	w                *guest.Workload
-	startAt, pauseAt uint64
-	pauseOp, ops     int
-	started, paused  chan struct{}
-	resume           chan struct{}
-	didStart         bool
-	didPause         bool
-}
-
-func (g *benchGate) gate(ctx context.Context) error {
-	s := g.w.Steps()
-	if s >= g.startAt && !g.didStart {
-		g.didStart = true
-		close(g.started)
-	}
-	if s != g.pauseAt || g.didPause {
-		return nil
-	}
-	if g.ops++; g.ops < g.pauseOp {
-		return nil
-	}
-	g.didPause = true
-	close(g.paused)
-	select {
-	case <-g.resume:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return g.Digest()
 }
 
 // migrateOnce runs the workload on a fresh source host, migrates it with
@@ -327,35 +257,25 @@ func (c *benchConfig) migrateOnce(ctx context.Context, st precopy.Strategy, star
 	if err != nil {
 		return rep, sum, err
 	}
-	defer func() { g.bus.Close() }()
-	gate := &benchGate{w: g.w, startAt: startAt, pauseAt: pauseAt, pauseOp: pauseOp,
-		started: make(chan struct{}), paused: make(chan struct{}), resume: make(chan struct{})}
-	g.w.SetGate(gate.gate)
+	defer g.Close()
+	paused, err := g.PauseAt(pauseAt, pauseOp)
+	if err != nil {
+		return rep, sum, err
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- g.w.Run(ctx, g.d, c.steps) }()
+	go func() { done <- g.Run(ctx, c.steps) }()
+	finished := false
 	defer func() {
-		cancel()
-		select {
-		case <-gate.paused:
-			select {
-			case <-gate.resume:
-			default:
-				close(gate.resume)
-			}
-		default:
+		// On a failed run, stop the workload before its bus goes away.
+		if !finished {
+			cancel()
+			g.Resume()
+			<-done
 		}
 	}()
-	wait := func(ch chan struct{}, what string) error {
-		select {
-		case <-ch:
-			return nil
-		case err := <-done:
-			return fmt.Errorf("the workload ended (%v) before %s", err, what)
-		}
-	}
-	if err := wait(gate.started, "the pre-copy"); err != nil {
+	if err := g.WaitStep(ctx, startAt); err != nil {
 		return rep, sum, err
 	}
 
@@ -389,8 +309,11 @@ func (c *benchConfig) migrateOnce(ctx context.Context, st precopy.Strategy, star
 	if err := s.Precopy(ctx); err != nil {
 		return fail(err)
 	}
-	if err := wait(gate.paused, "the stop"); err != nil {
-		return fail(err)
+	select {
+	case <-paused:
+	case err := <-done:
+		finished = true
+		return fail(fmt.Errorf("the workload ended (%v) before the stop", err))
 	}
 	if rep, err = s.Stop(ctx); err != nil {
 		return fail(err)
@@ -408,17 +331,19 @@ func (c *benchConfig) migrateOnce(ctx context.Context, st precopy.Strategy, star
 		return rep, sum, err
 	}
 	defer stopDst()
-	if err := g.moveTo(dpath); err != nil {
+	if err := g.Move(dpath); err != nil {
 		return rep, sum, err
 	}
 	r.v.Resume()
 	stopSrc()
 	v.Close()
-	close(gate.resume)
-	if err := <-done; err != nil {
+	g.Resume()
+	err = <-done
+	finished = true
+	if err != nil {
 		return rep, sum, fmt.Errorf("workload after the migration: %w", err)
 	}
-	sum, err = g.w.Digest(g.d)
+	sum, err = g.Digest()
 	return rep, sum, err
 }
 

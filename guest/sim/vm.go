@@ -35,8 +35,16 @@ type VM struct {
 	waiters  []stepWaiter
 	hbParked chan struct{} // closed when the heartbeat has stopped for a pause
 	hbOn     bool          // a heartbeat goroutine runs
+	at       *pausePoint   // an armed PauseAt
 
 	busMu sync.RWMutex // the heartbeat's bus use against Move's swap
+}
+
+// pausePoint is an armed PauseAt: the op-th boundary of step step.
+type pausePoint struct {
+	step  uint64
+	op    int
+	count int
 }
 
 // stepWaiter is a WaitStep call: ch closes once the workload has run step
@@ -102,6 +110,11 @@ func (vm *VM) gate(ctx context.Context) error {
 		}
 	}
 	vm.waiters = kept
+	if at := vm.at; at != nil && steps == at.step {
+		if at.count++; at.count >= at.op {
+			vm.at, vm.pauseReq = nil, true
+		}
+	}
 	if !vm.pauseReq {
 		vm.mu.Unlock()
 		return nil
@@ -139,14 +152,30 @@ func (vm *VM) WaitStep(ctx context.Context, step uint64) error {
 	}
 }
 
+// PauseAt arms a pause at a fixed point of the workload: its op-th
+// operation boundary (1-based; the step's closing fence is one too) in
+// step step, so runs that must stop at the same place do. The returned
+// channel closes once the guest has stopped there; Resume lets it go on.
+func (vm *VM) PauseAt(step uint64, op int) (<-chan struct{}, error) {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	if vm.pauseReq || vm.at != nil {
+		return nil, errors.New("sim: VM already paused or pausing")
+	}
+	vm.at = &pausePoint{step: step, op: op}
+	vm.paused, vm.resume = make(chan struct{}), make(chan struct{})
+	vm.hbParked = make(chan struct{})
+	return vm.paused, nil
+}
+
 // Pause stops the guest at its next operation boundary and returns once it
 // has stopped (or its workload has finished, or ctx ends). The guest stays
 // stopped until Resume.
 func (vm *VM) Pause(ctx context.Context) error {
 	vm.mu.Lock()
-	if vm.pauseReq {
+	if vm.pauseReq || vm.at != nil {
 		vm.mu.Unlock()
-		return errors.New("sim: VM already paused")
+		return errors.New("sim: VM already paused or pausing")
 	}
 	vm.pauseReq = true
 	vm.paused, vm.resume = make(chan struct{}), make(chan struct{})
@@ -233,12 +262,12 @@ func (vm *VM) heartbeatGate(quit chan struct{}) bool {
 	}
 }
 
-// Resume lets a paused guest go on.
+// Resume lets a paused guest go on (and calls off an armed PauseAt).
 func (vm *VM) Resume() {
 	vm.mu.Lock()
 	defer vm.mu.Unlock()
-	if vm.pauseReq {
-		vm.pauseReq = false
+	if vm.pauseReq || vm.at != nil {
+		vm.pauseReq, vm.at = false, nil
 		close(vm.resume)
 	}
 }
