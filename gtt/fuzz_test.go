@@ -36,7 +36,9 @@ func FuzzWrite(f *testing.F) {
 			data = data[16:]
 			if op>>62 == 3 { // remap
 				base = (op >> 12 % 1024) * pg
-				tb.Remap(base)
+				if err := tb.Remap(base); err != nil {
+					t.Fatalf("Remap(%#x): %v", base, err)
+				}
 				checkInvariant(t, tb, base, pages)
 				continue
 			}

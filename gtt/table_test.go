@@ -176,7 +176,9 @@ func TestRemap(t *testing.T) {
 	mustWrite(t, tb, 1, ent(1, V|W))
 	mustWrite(t, tb, 5, ent(3, V))
 	before := tb.Save()
-	tb.Remap(64 * pg)
+	if err := tb.Remap(64 * pg); err != nil {
+		t.Fatal(err)
+	}
 	if tb.Base() != 64*pg {
 		t.Fatalf("Base = %#x", tb.Base())
 	}
@@ -199,17 +201,16 @@ func TestRemap(t *testing.T) {
 	}
 }
 
-func TestRemapPanicsOnMisalignedBase(t *testing.T) {
+func TestRemapRefusesBadBase(t *testing.T) {
 	tb := newTable(t, 8, 0, 4)
-	defer func() {
-		if recover() == nil {
-			t.Error("Remap(misaligned) did not panic")
+	for _, base := range []uint64{pg + 8, ^uint64(0) &^ (pg - 1)} {
+		if err := tb.Remap(base); err == nil {
+			t.Errorf("Remap(%#x) accepted", base)
 		}
 		if tb.Base() != 0 {
-			t.Error("failed Remap changed the base")
+			t.Errorf("failed Remap(%#x) changed the base", base)
 		}
-	}()
-	tb.Remap(pg + 8)
+	}
 }
 
 func TestSaveRestoreRoundTrip(t *testing.T) {
