@@ -3,6 +3,10 @@
 # (idempotent, cached under .cache/, which git ignores).
 
 SHELL      := /bin/bash
+# Go keeps its caches under $HOME; a CI environment without one gets root's.
+ifeq ($(HOME),)
+export HOME := /root
+endif
 GO         ?= go
 CACHE      := $(CURDIR)/.cache
 BIN        := $(CURDIR)/bin
