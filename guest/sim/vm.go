@@ -121,16 +121,25 @@ func (vm *VM) gate(ctx context.Context) error {
 	}
 	paused, resume := vm.paused, vm.resume
 	vm.mu.Unlock()
+	if !park(paused, resume, ctx.Done()) {
+		return ctx.Err()
+	}
+	return nil
+}
+
+// park announces a stop on parked (closing it once) and waits for resume;
+// false means stop came first.
+func park(parked, resume chan struct{}, stop <-chan struct{}) bool {
 	select {
-	case <-paused:
+	case <-parked:
 	default:
-		close(paused)
+		close(parked)
 	}
 	select {
 	case <-resume:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+		return true
+	case <-stop:
+		return false
 	}
 }
 
@@ -249,17 +258,7 @@ func (vm *VM) heartbeatGate(quit chan struct{}) bool {
 	}
 	parked, resume := vm.hbParked, vm.resume
 	vm.mu.Unlock()
-	select {
-	case <-parked:
-	default:
-		close(parked)
-	}
-	select {
-	case <-resume:
-		return true
-	case <-quit:
-		return false
-	}
+	return park(parked, resume, quit)
 }
 
 // Resume lets a paused guest go on (and calls off an armed PauseAt).
