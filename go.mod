@@ -1,4 +1,4 @@
-module gmig
+module github.com/gmig-dev/gmig
 
 go 1.26.0
 

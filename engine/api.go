@@ -1,7 +1,7 @@
 package engine
 
 import (
-	"gmig/gtt"
+	"github.com/gmig-dev/gmig/gtt"
 )
 
 // Resolver translates a graphics-address range into host backing extents

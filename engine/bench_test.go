@@ -5,8 +5,8 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"gmig/abi"
-	"gmig/gtt"
+	"github.com/gmig-dev/gmig/abi"
+	"github.com/gmig-dev/gmig/gtt"
 )
 
 // benchBufs returns a pool and two buffers of n bytes in it: one extent

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"gmig/abi"
+	"github.com/gmig-dev/gmig/abi"
 )
 
 // Decoder errors. Callers branch on them with errors.Is.

@@ -5,7 +5,7 @@ import (
 	"reflect"
 	"testing"
 
-	"gmig/abi"
+	"github.com/gmig-dev/gmig/abi"
 )
 
 // allCommands has one valid command of every opcode (and both DMA

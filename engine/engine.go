@@ -8,8 +8,8 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"gmig/abi"
-	"gmig/gtt"
+	"github.com/gmig-dev/gmig/abi"
+	"github.com/gmig-dev/gmig/gtt"
 )
 
 // Errors of the engine's control surface. Callers branch on them with

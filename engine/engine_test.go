@@ -6,8 +6,8 @@ import (
 	"reflect"
 	"testing"
 
-	"gmig/abi"
-	"gmig/gtt"
+	"github.com/gmig-dev/gmig/abi"
+	"github.com/gmig-dev/gmig/gtt"
 )
 
 func TestEngineAllCommands(t *testing.T) {

@@ -4,8 +4,8 @@ import (
 	"errors"
 	"fmt"
 
-	"gmig/abi"
-	"gmig/gtt"
+	"github.com/gmig-dev/gmig/abi"
+	"github.com/gmig-dev/gmig/gtt"
 )
 
 // Execution errors, carried in Fault.Err (wrapped with the details).

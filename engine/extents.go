@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"slices"
 
-	"gmig/gtt"
+	"github.com/gmig-dev/gmig/gtt"
 )
 
 // ErrBounds is returned by the software back end for an extent that does not

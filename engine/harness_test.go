@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"gmig/abi"
-	"gmig/gtt"
+	"github.com/gmig-dev/gmig/abi"
+	"github.com/gmig-dev/gmig/gtt"
 )
 
 // Graphics address layout of the test vGPU.

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"math"
 
-	"gmig/abi"
-	"gmig/gtt"
+	"github.com/gmig-dev/gmig/abi"
+	"github.com/gmig-dev/gmig/gtt"
 )
 
 // kernelArity is the number of LAUNCH arguments of each kind (§6.7, §7).

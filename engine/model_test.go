@@ -6,7 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"gmig/abi"
+	"github.com/gmig-dev/gmig/abi"
 )
 
 // model is the reference: graphics memory as one flat array in graphics

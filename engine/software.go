@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 
-	"gmig/gtt"
+	"github.com/gmig-dev/gmig/gtt"
 )
 
 // MaxKernelBuffer is the largest buffer a kernel may touch, in bytes

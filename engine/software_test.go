@@ -7,7 +7,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"gmig/gtt"
+	"github.com/gmig-dev/gmig/gtt"
 )
 
 // placer hands out disjoint host ranges of a pool in random order, so that a

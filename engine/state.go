@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"slices"
 
-	"gmig/abi"
+	"github.com/gmig-dev/gmig/abi"
 )
 
 // State is the engine's whole non-memory state (docs/device-abi.md §8):

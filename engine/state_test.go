@@ -7,7 +7,7 @@ import (
 	"sync"
 	"testing"
 
-	"gmig/abi"
+	"github.com/gmig-dev/gmig/abi"
 )
 
 // TestEngineSaveRestore migrates an engine mid-batch: quiesce and save on

@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"testing"
 
-	"gmig/abi"
+	"github.com/gmig-dev/gmig/abi"
 )
 
 // FuzzWrite feeds arbitrary (index, entry) sequences, with occasional

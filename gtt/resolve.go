@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"slices"
 
-	"gmig/abi"
+	"github.com/gmig-dev/gmig/abi"
 )
 
 // FaultError is a failed translation: the first graphics address of the

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"sync"
 
-	"gmig/abi"
+	"github.com/gmig-dev/gmig/abi"
 )
 
 // Errors callers branch on. A refused Write wraps one of ErrIndex,

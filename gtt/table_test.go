@@ -6,7 +6,7 @@ import (
 	"sync"
 	"testing"
 
-	"gmig/abi"
+	"github.com/gmig-dev/gmig/abi"
 )
 
 const (

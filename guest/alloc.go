@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"sort"
 
-	"gmig/abi"
+	"github.com/gmig-dev/gmig/abi"
 )
 
 // ErrNoGraphicsMemory is returned when the allocator has no free range

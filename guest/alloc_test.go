@@ -4,7 +4,7 @@ import (
 	"errors"
 	"testing"
 
-	"gmig/abi"
+	"github.com/gmig-dev/gmig/abi"
 )
 
 func TestAllocator(t *testing.T) {

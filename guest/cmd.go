@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"math"
 
-	"gmig/abi"
+	"github.com/gmig-dev/gmig/abi"
 )
 
 // Command encoders (docs/device-abi.md §6). Each appends one little-endian

@@ -6,8 +6,8 @@ import (
 	"reflect"
 	"testing"
 
-	"gmig/abi"
-	"gmig/engine"
+	"github.com/gmig-dev/gmig/abi"
+	"github.com/gmig-dev/gmig/engine"
 )
 
 // TestEncodersDecode checks that every encoder's bytes decode, with the

@@ -1,6 +1,6 @@
 // Package guest is the guest-side driver of the gmig vGPU: it speaks the
 // device ABI (docs/device-abi.md, package abi) over a transport-neutral Bus,
-// so the same code drives the in-process simulator (package guest/sim) and,
+// so the same code drives the in-process simulator (package internal/sim) and,
 // later, a real Linux guest through /sys/bus/pci/devices/*/resourceN mmaps.
 //
 // The pieces:

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"gmig/abi"
+	"github.com/gmig-dev/gmig/abi"
 )
 
 // Options configure a Driver.

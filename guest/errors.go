@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"gmig/abi"
+	"github.com/gmig-dev/gmig/abi"
 )
 
 // ErrFenceLost is wrapped by Wait when the ring drained without reaching

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 
-	"gmig/abi"
+	"github.com/gmig-dev/gmig/abi"
 )
 
 // gttChunk is how many entries mapGTT hands the bus at once.

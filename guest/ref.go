@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"math"
 
-	"gmig/abi"
+	"github.com/gmig-dev/gmig/abi"
 )
 
 // Reference computations for the commands (docs/device-abi.md §6) and

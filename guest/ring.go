@@ -7,7 +7,7 @@ import (
 	"runtime"
 	"time"
 
-	"gmig/abi"
+	"github.com/gmig-dev/gmig/abi"
 )
 
 // Command submission (docs/device-abi.md §5): commands go into the ring

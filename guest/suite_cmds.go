@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"time"
 
-	"gmig/abi"
+	"github.com/gmig-dev/gmig/abi"
 )
 
 // Scratch layout of the suite (offsets from suite.base).

@@ -7,7 +7,7 @@ import (
 	"maps"
 	"slices"
 
-	"gmig/abi"
+	"github.com/gmig-dev/gmig/abi"
 )
 
 // malformedCommands are framing errors (docs/device-abi.md §5), each a

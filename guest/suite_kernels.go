@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"math"
 
-	"gmig/abi"
+	"github.com/gmig-dev/gmig/abi"
 )
 
 // Kernel handles the suite uses; it unloads them before it returns.

@@ -8,7 +8,7 @@ import (
 	"math"
 	"math/rand/v2"
 
-	"gmig/abi"
+	"github.com/gmig-dev/gmig/abi"
 )
 
 // WorkloadConfig shapes a Workload. Zero fields take the defaults below.

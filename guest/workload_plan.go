@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 
-	"gmig/abi"
+	"github.com/gmig-dev/gmig/abi"
 )
 
 // OpKind is one kind of workload operation.

@@ -11,7 +11,7 @@ import (
 	"net/http"
 	"time"
 
-	"gmig/vgpu"
+	"github.com/gmig-dev/gmig/internal/vgpu"
 )
 
 // The control API (docs/operator-guide.md): JSON over HTTP on a UNIX socket.

@@ -14,9 +14,9 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"gmig/pool"
-	"gmig/precopy"
-	"gmig/vgpu"
+	"github.com/gmig-dev/gmig/internal/pool"
+	"github.com/gmig-dev/gmig/internal/vgpu"
+	"github.com/gmig-dev/gmig/precopy"
 )
 
 // Defaults for Config.

@@ -14,8 +14,8 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"gmig/vfio"
-	"gmig/vgpu"
+	"github.com/gmig-dev/gmig/internal/vgpu"
+	"github.com/gmig-dev/gmig/vfio"
 )
 
 func newHost(t *testing.T) *Host {

@@ -8,8 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"gmig/precopy"
-	"gmig/vgpu"
+	"github.com/gmig-dev/gmig/internal/vgpu"
+	"github.com/gmig-dev/gmig/precopy"
 )
 
 // MigrateOptions steer one outgoing migration.

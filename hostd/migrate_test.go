@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"gmig/guest"
-	"gmig/guest/sim"
-	"gmig/precopy"
-	"gmig/vgpu"
+	"github.com/gmig-dev/gmig/guest"
+	"github.com/gmig-dev/gmig/internal/sim"
+	"github.com/gmig-dev/gmig/internal/vgpu"
+	"github.com/gmig-dev/gmig/precopy"
 )
 
 // migHost is one gmigd with its migration listener.

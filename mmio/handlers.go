@@ -3,8 +3,8 @@ package mmio
 import (
 	"encoding/binary"
 
-	"gmig/abi"
-	"gmig/engine"
+	"github.com/gmig-dev/gmig/abi"
+	"github.com/gmig-dev/gmig/engine"
 )
 
 func (f *RegisterFile) writeDoorbell(v uint64) {

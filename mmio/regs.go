@@ -4,8 +4,8 @@ import (
 	"encoding/binary"
 	"sync"
 
-	"gmig/abi"
-	"gmig/engine"
+	"github.com/gmig-dev/gmig/abi"
+	"github.com/gmig-dev/gmig/engine"
 )
 
 // Engine is the part of the command engine that registers reach.

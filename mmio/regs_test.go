@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"testing"
 
-	"gmig/abi"
-	"gmig/engine"
+	"github.com/gmig-dev/gmig/abi"
+	"github.com/gmig-dev/gmig/engine"
 )
 
 // fakeEngine records what the register file asks of the engine.

@@ -6,11 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"gmig/abi"
-	"gmig/apilog"
-	"gmig/guest"
-	"gmig/guest/sim"
-	"gmig/pool"
+	"github.com/gmig-dev/gmig/abi"
+	"github.com/gmig-dev/gmig/guest"
+	"github.com/gmig-dev/gmig/internal/apilog"
+	"github.com/gmig-dev/gmig/internal/pool"
+	"github.com/gmig-dev/gmig/internal/sim"
 )
 
 // TestAPILogAcrossHops loads and unloads kernel objects from a guest

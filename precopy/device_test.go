@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"gmig/abi"
-	"gmig/guest"
-	"gmig/pool"
-	"gmig/vfio"
-	"gmig/vgpu"
+	"github.com/gmig-dev/gmig/abi"
+	"github.com/gmig-dev/gmig/guest"
+	"github.com/gmig-dev/gmig/internal/pool"
+	"github.com/gmig-dev/gmig/internal/vgpu"
+	"github.com/gmig-dev/gmig/vfio"
 )
 
 // dev is a vGPU driven directly through its vfio.Device methods, without a

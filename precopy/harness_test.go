@@ -10,10 +10,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"gmig/guest"
-	"gmig/guest/sim"
-	"gmig/pool"
-	"gmig/vgpu"
+	"github.com/gmig-dev/gmig/guest"
+	"github.com/gmig-dev/gmig/internal/pool"
+	"github.com/gmig-dev/gmig/internal/sim"
+	"github.com/gmig-dev/gmig/internal/vgpu"
 )
 
 // served is a vGPU on a vfio-user socket, as a gmigd serves it.

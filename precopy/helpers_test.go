@@ -10,9 +10,9 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"gmig/pool"
-	"gmig/precopy/stream"
-	"gmig/vgpu"
+	"github.com/gmig-dev/gmig/internal/pool"
+	"github.com/gmig-dev/gmig/internal/vgpu"
+	"github.com/gmig-dev/gmig/precopy/stream"
 )
 
 // testLog is the logger tests give the code under test: quiet unless a

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"gmig/dirty"
+	"github.com/gmig-dev/gmig/dirty"
 )
 
 // Precopy is the live phase, while the VM runs. One-shot sends every page

@@ -11,9 +11,9 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 
-	"gmig/precopy/stream"
-	"gmig/vfio"
-	"gmig/vgpu"
+	"github.com/gmig-dev/gmig/internal/vgpu"
+	"github.com/gmig-dev/gmig/precopy/stream"
+	"github.com/gmig-dev/gmig/vfio"
 )
 
 // Native is a vGPU that migrates through the vfio-user protocol itself

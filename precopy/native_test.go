@@ -14,13 +14,13 @@ import (
 	"testing"
 	"time"
 
-	"gmig/abi"
-	"gmig/engine"
-	"gmig/guest/sim"
-	"gmig/pool"
-	"gmig/precopy/stream"
-	"gmig/vfio"
-	"gmig/vgpu"
+	"github.com/gmig-dev/gmig/abi"
+	"github.com/gmig-dev/gmig/engine"
+	"github.com/gmig-dev/gmig/internal/pool"
+	"github.com/gmig-dev/gmig/internal/sim"
+	"github.com/gmig-dev/gmig/internal/vgpu"
+	"github.com/gmig-dev/gmig/precopy/stream"
+	"github.com/gmig-dev/gmig/vfio"
 
 	"golang.org/x/sys/unix"
 )

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"gmig/abi"
-	"gmig/apilog"
-	"gmig/dirty"
+	"github.com/gmig-dev/gmig/abi"
+	"github.com/gmig-dev/gmig/dirty"
+	"github.com/gmig-dev/gmig/internal/apilog"
 )
 
 // configRecorder is a FrontEnd that records the writes it is given.

@@ -9,9 +9,9 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"gmig/apilog"
-	"gmig/precopy/stream"
-	"gmig/vgpu"
+	"github.com/gmig-dev/gmig/internal/apilog"
+	"github.com/gmig-dev/gmig/internal/vgpu"
+	"github.com/gmig-dev/gmig/precopy/stream"
 )
 
 // FrontEnd takes the guest's PCI config writes on the destination, in the

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"slices"
 
-	"gmig/engine"
-	"gmig/vgpu"
+	"github.com/gmig-dev/gmig/engine"
+	"github.com/gmig-dev/gmig/internal/vgpu"
 )
 
 // stateTarget replays the APILog section into a received vgpu.State before

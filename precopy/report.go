@@ -5,8 +5,8 @@ import (
 	"strings"
 	"time"
 
-	"gmig/apilog"
-	"gmig/dirty"
+	"github.com/gmig-dev/gmig/dirty"
+	"github.com/gmig-dev/gmig/internal/apilog"
 )
 
 // Report is what one migration did. The source's Stop and the

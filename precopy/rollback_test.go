@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"gmig/pool"
-	"gmig/precopy/stream"
+	"github.com/gmig-dev/gmig/internal/pool"
+	"github.com/gmig-dev/gmig/precopy/stream"
 )
 
 // fault is a faultConn's hook.

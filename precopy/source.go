@@ -11,10 +11,10 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"gmig/apilog"
-	"gmig/dirty"
-	"gmig/precopy/stream"
-	"gmig/vgpu"
+	"github.com/gmig-dev/gmig/dirty"
+	"github.com/gmig-dev/gmig/internal/apilog"
+	"github.com/gmig-dev/gmig/internal/vgpu"
+	"github.com/gmig-dev/gmig/precopy/stream"
 )
 
 // ErrRefused is wrapped by a Source's error when the destination refused

@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"time"
 
-	"gmig/apilog"
-	"gmig/dirty"
-	"gmig/precopy/stream"
+	"github.com/gmig-dev/gmig/dirty"
+	"github.com/gmig-dev/gmig/internal/apilog"
+	"github.com/gmig-dev/gmig/precopy/stream"
 )
 
 // Stop is the stop phase; the caller has paused the VM. It quiesces the

@@ -9,10 +9,10 @@ import (
 	"io"
 	"slices"
 
-	"gmig/apilog"
-	"gmig/engine"
-	"gmig/precopy/stream"
-	"gmig/vgpu"
+	"github.com/gmig-dev/gmig/engine"
+	"github.com/gmig-dev/gmig/internal/apilog"
+	"github.com/gmig-dev/gmig/internal/vgpu"
+	"github.com/gmig-dev/gmig/precopy/stream"
 )
 
 // What this package puts in the stream's blob sections (doc.go, "The

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"gmig/pool"
+	"github.com/gmig-dev/gmig/internal/pool"
 )
 
 // migrateVM migrates the guest m, running on from, to a new vGPU in to:

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"gmig/hostd/qemu"
+	"github.com/gmig-dev/gmig/hostd/qemu"
 )
 
 // env is what an end-to-end test boots with.

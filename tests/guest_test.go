@@ -11,9 +11,9 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"gmig/hostd"
-	"gmig/hostd/qemu"
-	"gmig/vgpu"
+	"github.com/gmig-dev/gmig/hostd"
+	"github.com/gmig-dev/gmig/hostd/qemu"
+	"github.com/gmig-dev/gmig/internal/vgpu"
 )
 
 // heartbeats records the host time of each guest HEARTBEAT write.

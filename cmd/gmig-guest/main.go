@@ -26,8 +26,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"gmig/guest"
-	"gmig/guest/sysfs"
+	"github.com/gmig-dev/gmig/guest"
+	"github.com/gmig-dev/gmig/internal/sysfs"
 )
 
 type options struct {

@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 
-	"gmig/abi"
-	"gmig/guest"
+	"github.com/gmig-dev/gmig/abi"
+	"github.com/gmig-dev/gmig/guest"
 )
 
 // measure times trapped MMIO reads and writes and the doorbell round trip

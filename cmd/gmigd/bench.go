@@ -21,12 +21,12 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"gmig/dirty"
-	"gmig/guest"
-	"gmig/guest/sim"
-	"gmig/pool"
-	"gmig/precopy"
-	"gmig/vgpu"
+	"github.com/gmig-dev/gmig/dirty"
+	"github.com/gmig-dev/gmig/guest"
+	"github.com/gmig-dev/gmig/internal/pool"
+	"github.com/gmig-dev/gmig/internal/sim"
+	"github.com/gmig-dev/gmig/internal/vgpu"
+	"github.com/gmig-dev/gmig/precopy"
 )
 
 // benchConfig is what gmigd bench runs: every strategy on the same seeded

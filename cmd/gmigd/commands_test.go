@@ -10,7 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"gmig/precopy"
+	"github.com/gmig-dev/gmig/precopy"
 )
 
 // TestBenchSmall runs `gmigd bench` on a small vGPU: every strategy

@@ -17,11 +17,11 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"gmig/guest"
-	"gmig/guest/sim"
-	"gmig/hostd"
-	"gmig/precopy"
-	"gmig/vgpu"
+	"github.com/gmig-dev/gmig/guest"
+	"github.com/gmig-dev/gmig/hostd"
+	"github.com/gmig-dev/gmig/internal/sim"
+	"github.com/gmig-dev/gmig/internal/vgpu"
+	"github.com/gmig-dev/gmig/precopy"
 )
 
 // demo is `gmigd demo`, the README's main job: two gmigd hosts in one

@@ -13,8 +13,8 @@ import (
 	"syscall"
 	"time"
 
-	"gmig/guest"
-	"gmig/guest/sim"
+	"github.com/gmig-dev/gmig/guest"
+	"github.com/gmig-dev/gmig/internal/sim"
 )
 
 // guestRun is what the built-in guest simulator does on one vGPU.

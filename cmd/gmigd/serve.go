@@ -10,8 +10,8 @@ import (
 	"strings"
 	"syscall"
 
-	"gmig/hostd"
-	"gmig/vgpu"
+	"github.com/gmig-dev/gmig/hostd"
+	"github.com/gmig-dev/gmig/internal/vgpu"
 )
 
 // vgpuSpecs collects repeated --vgpu NAME[:SIZE] flags.

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"text/tabwriter"
 
-	"gmig/hostd"
+	"github.com/gmig-dev/gmig/hostd"
 )
 
 const vgpuUsage = `usage: gmigd vgpu [-run-dir DIR] <create NAME [-mem SIZE] | list | show NAME | rm NAME>`

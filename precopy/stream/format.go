@@ -9,7 +9,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 
-	"gmig/abi"
+	"github.com/gmig-dev/gmig/abi"
 )
 
 // Stream header (docs/migration-stream.md §2).

@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"gmig/guest"
-	"gmig/vfio"
+	"github.com/gmig-dev/gmig/guest"
+	"github.com/gmig-dev/gmig/vfio"
 )
 
 // irqs is the interrupt wiring: a trigger eventfd the server signals and,

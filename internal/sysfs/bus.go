@@ -12,8 +12,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"gmig/abi"
-	"gmig/guest"
+	"github.com/gmig-dev/gmig/abi"
+	"github.com/gmig-dev/gmig/guest"
 )
 
 // ErrNotFound means no PCI function with the vGPU's IDs exists.

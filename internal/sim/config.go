@@ -4,8 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	"gmig/abi"
-	"gmig/vfio"
+	"github.com/gmig-dev/gmig/abi"
+	"github.com/gmig-dev/gmig/vfio"
 )
 
 // PCI configuration space offsets and bits (PCI Local Bus Specification

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"testing"
 
-	"gmig/abi"
+	"github.com/gmig-dev/gmig/abi"
 )
 
 // The gmig vGPU's function (docs/device-abi.md §2): BAR0 32-bit 1 MiB,

@@ -8,7 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"gmig/guest"
+	"github.com/gmig-dev/gmig/guest"
 )
 
 const workloadSteps = 200

@@ -10,9 +10,9 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 
-	"gmig/abi"
-	"gmig/pool"
-	"gmig/vfio"
+	"github.com/gmig-dev/gmig/abi"
+	"github.com/gmig-dev/gmig/internal/pool"
+	"github.com/gmig-dev/gmig/vfio"
 )
 
 func newPool(t *testing.T, size uint64) *pool.Pool {

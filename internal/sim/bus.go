@@ -7,9 +7,9 @@ import (
 	"os"
 	"sync"
 
-	"gmig/abi"
-	"gmig/guest"
-	"gmig/vfio"
+	"github.com/gmig-dev/gmig/abi"
+	"github.com/gmig-dev/gmig/guest"
+	"github.com/gmig-dev/gmig/vfio"
 )
 
 // Options configure Attach.

@@ -5,9 +5,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"gmig/abi"
-	"gmig/apilog"
-	"gmig/vfio"
+	"github.com/gmig-dev/gmig/abi"
+	"github.com/gmig-dev/gmig/internal/apilog"
+	"github.com/gmig-dev/gmig/vfio"
 )
 
 // configSpaceSize is the size of the PCI config region: a conventional

@@ -1,10 +1,10 @@
 package vgpu
 
 import (
-	"gmig/abi"
-	"gmig/apilog"
-	"gmig/engine"
-	"gmig/gtt"
+	"github.com/gmig-dev/gmig/abi"
+	"github.com/gmig-dev/gmig/engine"
+	"github.com/gmig-dev/gmig/gtt"
+	"github.com/gmig-dev/gmig/internal/apilog"
 )
 
 // deliver turns the register file's pending interrupt causes into a signal:

@@ -10,8 +10,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"gmig/abi"
-	"gmig/guest"
+	"github.com/gmig-dev/gmig/abi"
+	"github.com/gmig-dev/gmig/guest"
 )
 
 // VM is the simulator playing a whole virtual machine: guest RAM and a

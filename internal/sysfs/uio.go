@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"gmig/abi"
+	"github.com/gmig-dev/gmig/abi"
 )
 
 // moduleInitCompressedFile asks finit_module to decompress the module

@@ -11,14 +11,14 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"gmig/abi"
-	"gmig/apilog"
-	"gmig/engine"
-	"gmig/gtt"
-	"gmig/mmio"
-	"gmig/pci"
-	"gmig/pool"
-	"gmig/vfio"
+	"github.com/gmig-dev/gmig/abi"
+	"github.com/gmig-dev/gmig/engine"
+	"github.com/gmig-dev/gmig/gtt"
+	"github.com/gmig-dev/gmig/internal/apilog"
+	"github.com/gmig-dev/gmig/internal/pci"
+	"github.com/gmig-dev/gmig/internal/pool"
+	"github.com/gmig-dev/gmig/mmio"
+	"github.com/gmig-dev/gmig/vfio"
 )
 
 // Defaults for Config fields left zero.

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"gmig/guest"
+	"github.com/gmig-dev/gmig/guest"
 )
 
 // TestSuite runs the full correctness suite over the simulator in each

@@ -6,11 +6,11 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"gmig/engine"
-	"gmig/gtt"
-	"gmig/mmio"
-	"gmig/pci"
-	"gmig/pool"
+	"github.com/gmig-dev/gmig/engine"
+	"github.com/gmig-dev/gmig/gtt"
+	"github.com/gmig-dev/gmig/internal/pci"
+	"github.com/gmig-dev/gmig/internal/pool"
+	"github.com/gmig-dev/gmig/mmio"
 )
 
 // StateVersion is the version of State; a changed layout gets a new number

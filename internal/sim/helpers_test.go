@@ -8,9 +8,9 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"gmig/guest"
-	"gmig/pool"
-	"gmig/vgpu"
+	"github.com/gmig-dev/gmig/guest"
+	"github.com/gmig-dev/gmig/internal/pool"
+	"github.com/gmig-dev/gmig/internal/vgpu"
 )
 
 // device is one vGPU served on a socket for the duration of a test.
