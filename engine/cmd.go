@@ -25,9 +25,6 @@ type Command interface {
 	Opcode() uint16
 	// Size is the encoded size in bytes, header included.
 	Size() uint32
-
-	flags() uint16
-	put(b []byte) // payload after the header; len(b) == Size()-CmdHeaderSize
 }
 
 // Nop is NOP: Bytes bytes of padding, header included (§6).
@@ -91,58 +88,7 @@ func (c KernelLoad) Size() uint32   { return abi.CmdKernelLoadSize }
 func (c KernelUnload) Size() uint32 { return abi.CmdKernelUnloadSize }
 func (c Launch) Size() uint32       { return abi.CmdLaunchBaseSize + 8*uint32(len(c.Args)) }
 
-func (Nop) flags() uint16          { return 0 }
-func (Copy) flags() uint16         { return 0 }
-func (Fill) flags() uint16         { return 0 }
-func (DMA) flags() uint16          { return 0 }
-func (KernelLoad) flags() uint16   { return 0 }
-func (KernelUnload) flags() uint16 { return 0 }
-func (Launch) flags() uint16       { return 0 }
-func (c Fence) flags() uint16 {
-	var f uint16
-	if c.Interrupt {
-		f |= abi.FenceInterrupt
-	}
-	if c.WriteMem {
-		f |= abi.FenceWriteMem
-	}
-	return f
-}
-
 var le = binary.LittleEndian
-
-func (Nop) put([]byte) {}
-func (c Copy) put(b []byte) {
-	le.PutUint64(b[0:], c.Dst)
-	le.PutUint64(b[8:], c.Src)
-	le.PutUint64(b[16:], c.Len)
-}
-func (c Fill) put(b []byte) {
-	le.PutUint64(b[0:], c.Dst)
-	le.PutUint64(b[8:], c.Len)
-	le.PutUint32(b[16:], c.Pattern)
-}
-func (c DMA) put(b []byte) {
-	le.PutUint64(b[0:], c.GA)
-	le.PutUint64(b[8:], c.GPA)
-	le.PutUint64(b[16:], c.Len)
-}
-func (c Fence) put(b []byte) {
-	le.PutUint64(b[0:], c.Value)
-	le.PutUint64(b[8:], c.Addr)
-}
-func (c KernelLoad) put(b []byte) {
-	le.PutUint32(b[0:], c.Handle)
-	le.PutUint32(b[4:], c.Kind)
-}
-func (c KernelUnload) put(b []byte) { le.PutUint32(b[0:], c.Handle) }
-func (c Launch) put(b []byte) {
-	le.PutUint32(b[0:], c.Handle)
-	le.PutUint32(b[4:], uint32(len(c.Args)))
-	for i, a := range c.Args {
-		le.PutUint64(b[8+8*i:], a)
-	}
-}
 
 // opSpec is the framing rule of one opcode (docs/device-abi.md §6): the exact
 // size (0: variable, checked by decode), the flag bits allowed, and the
@@ -246,16 +192,4 @@ func Decode(b []byte) (Command, error) {
 		return nil, fmt.Errorf("%w: %d bytes, command needs %d", ErrShort, len(b), h.Size)
 	}
 	return opSpecs[h.Opcode].decode(h, b[abi.CmdHeaderSize:h.Size])
-}
-
-// Encode encodes c. It does not validate: a command that breaks a framing
-// rule (a Nop of odd size, a Launch with too many arguments) encodes to the
-// bytes that say so, and Decode rejects them.
-func Encode(c Command) []byte {
-	b := make([]byte, c.Size())
-	le.PutUint16(b[0:], c.Opcode())
-	le.PutUint16(b[2:], c.flags())
-	le.PutUint32(b[4:], c.Size())
-	c.put(b[abi.CmdHeaderSize:])
-	return b
 }

@@ -28,7 +28,7 @@ var allCommands = []Command{
 
 func TestDecodeValid(t *testing.T) {
 	for _, c := range allCommands {
-		b := Encode(c)
+		b := encode(c)
 		if uint32(len(b)) != c.Size() {
 			t.Errorf("%#v: encoded %d bytes, Size %d", c, len(b), c.Size())
 		}
@@ -102,7 +102,7 @@ func TestDecodeMalformed(t *testing.T) {
 
 func TestDecodeShort(t *testing.T) {
 	for _, c := range allCommands {
-		b := Encode(c)
+		b := encode(c)
 		for n := 0; n < len(b); n++ {
 			if _, err := Decode(b[:n]); !errors.Is(err, ErrShort) {
 				t.Errorf("%#v cut at %d: err %v, want ErrShort", c, n, err)
@@ -121,7 +121,7 @@ func TestEncodeInvalid(t *testing.T) {
 		Nop{Bytes: 264},
 		Launch{Handle: 1, Args: make([]uint64, 9)},
 	} {
-		if _, err := Decode(Encode(c)); !errors.Is(err, ErrMalformed) {
+		if _, err := Decode(encode(c)); !errors.Is(err, ErrMalformed) {
 			t.Errorf("%#v: err %v, want ErrMalformed", c, err)
 		}
 	}
@@ -129,7 +129,7 @@ func TestEncodeInvalid(t *testing.T) {
 
 func FuzzDecode(f *testing.F) {
 	for _, c := range allCommands {
-		f.Add(Encode(c))
+		f.Add(encode(c))
 	}
 	f.Add(header(abi.OpFence, 7, 24))
 	f.Add(launchRaw(9, 88))
@@ -146,7 +146,7 @@ func FuzzDecode(f *testing.F) {
 		if c.Size() != size || c.Opcode() != le.Uint16(b) {
 			t.Fatalf("%#v: Size %d Opcode %d, header says %d %d", c, c.Size(), c.Opcode(), size, le.Uint16(b))
 		}
-		enc := Encode(c)
+		enc := encode(c)
 		if uint32(len(enc)) != size {
 			t.Fatalf("%#v: encoded %d bytes, want %d", c, len(enc), size)
 		}

@@ -123,7 +123,7 @@ func TestEngineTruncatedBatch(t *testing.T) {
 	h := newHarness(t, 20, 8192)
 	m := newModel(h)
 	h.push(Nop{Bytes: 8})
-	h.pushBytes(Encode(Copy{Dst: tDataGA, Src: tDataGA + 64, Len: 64})[:16])
+	h.pushBytes(encode(Copy{Dst: tDataGA, Src: tDataGA + 64, Len: 64})[:16])
 	h.doorbell()
 	h.wait()
 	checkFaults(t, "truncated", h.ev.takeFaults(), Fault{Code: abi.ErrCommand, RingOffset: 8, Opcode: abi.OpCopy})
@@ -182,11 +182,11 @@ func TestEngineFetchPageFault(t *testing.T) {
 	}
 	var ring []byte
 	for len(ring)+256 <= 4088 {
-		ring = append(ring, Encode(Nop{Bytes: 256})...)
+		ring = append(ring, encode(Nop{Bytes: 256})...)
 	}
-	ring = append(ring, Encode(Nop{Bytes: uint32(4088 - len(ring))})...)
+	ring = append(ring, encode(Nop{Bytes: uint32(4088 - len(ring))})...)
 	nops := uint64(len(ring)/256 + 1)
-	ring = append(ring, Encode(Copy{})[:8]...) // header on page 0, payload on page 1
+	ring = append(ring, encode(Copy{})[:8]...) // header on page 0, payload on page 1
 	h.write(tROPage*abi.PageSize, ring)
 	if err := h.e.Doorbell(4088 + 32); err != nil {
 		t.Fatal(err)

@@ -246,7 +246,7 @@ func (h *harness) push(cmds ...Command) []uint32 {
 	var offs []uint32
 	for _, c := range cmds {
 		offs = append(offs, h.tail)
-		h.pushBytes(Encode(c))
+		h.pushBytes(encode(c))
 	}
 	return offs
 }

@@ -12,11 +12,12 @@
 // shadow to turn a graphics-address range into host extents for the engine.
 //
 // The guest's view is what migrates (Save/Restore); the shadow never does.
-// On a destination the vGPU's partition sits at another pool offset, and
-// Remap (Dynamic Graphics Address Remapping) rebuilds the shadow against the
-// new base while the guest reads back exactly what it wrote.
+// On a destination the vGPU's partition sits at another pool offset: the
+// table is created at that base and Restore rebuilds the shadow against it
+// (Dynamic Graphics Address Remapping) while the guest reads back exactly
+// what it wrote.
 //
-// Concurrency: one sync.RWMutex guards the table. Write, Read, Remap, Reset
+// Concurrency: one sync.RWMutex guards the table. Write, Read, Reset
 // and Restore come from the vfio server goroutine and take it exclusively
 // (Read shared); Resolve comes from the engine goroutine and takes it
 // shared. It is the only lock in the package and no method calls out while

@@ -137,21 +137,6 @@ func (t *Table) Read(index uint32) (uint64, error) {
 	return t.guest[index], nil
 }
 
-// Remap moves the table onto a partition at pool byte offset base (Dynamic
-// Graphics Address Remapping): guest entries stay, the shadow is rebuilt.
-// base must be page aligned and leave room for Pages() pages; otherwise the
-// error says why and nothing changes.
-func (t *Table) Remap(base uint64) error {
-	if err := checkBase(base, t.pages); err != nil {
-		return err
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.base = base
-	t.rebuildLocked()
-	return nil
-}
-
 // rebuildLocked recomputes every shadow entry from the guest entries.
 func (t *Table) rebuildLocked() {
 	for i, e := range t.guest {
