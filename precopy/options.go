@@ -61,7 +61,9 @@ type Options struct {
 	Log       zerolog.Logger
 }
 
-func (o Options) withDefaults() (Options, error) {
+// WithDefaults returns o with its zero fields set to the defaults, or an
+// error saying which field is invalid.
+func (o Options) WithDefaults() (Options, error) {
 	var err error
 	if o.Strategy, err = ParseStrategy(string(o.Strategy)); err != nil {
 		return o, err

@@ -12,7 +12,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gmig-dev/gmig/dirty"
-	"github.com/gmig-dev/gmig/internal/apilog"
 	"github.com/gmig-dev/gmig/internal/vgpu"
 	"github.com/gmig-dev/gmig/precopy/stream"
 )
@@ -84,7 +83,7 @@ const liveBatch = stream.DefaultBatchPages
 // Stop, Rollback or Close. Deadlines, when conn has them, are used to
 // interrupt blocked calls when a ctx ends or the destination fails.
 func NewSource(v *vgpu.VGPU, conn io.ReadWriter, opts Options) (*Source, error) {
-	opts, err := opts.withDefaults()
+	opts, err := opts.WithDefaults()
 	if err != nil {
 		return nil, err
 	}
@@ -215,8 +214,11 @@ func (s *Source) check(ctx context.Context) error {
 // does nothing after Close.
 func (s *Source) Rollback() { s.rollback(true) }
 
-// rollback is Rollback; with resume false a vGPU that Stop quiesced stays
-// quiesced, for an owner that resumes it later (Native: a VMM's STOP).
+// RollbackStopped is Rollback that leaves a vGPU that Stop quiesced
+// quiesced, for an owner that resumes it later (a VMM driving the vfio-user
+// migration interface resumes it with its own arc to RUNNING).
+func (s *Source) RollbackStopped() { s.rollback(false) }
+
 func (s *Source) rollback(resume bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -260,10 +262,4 @@ func (s *Source) stopTrackingLocked() {
 		s.report.Precopy.Background = s.bgStop()
 		s.bgStop = nil
 	}
-}
-
-// logAPI returns the compacted API log and its stats.
-func (s *Source) logAPI() ([]apilog.Entry, apilog.Stats) {
-	l := s.v.APILog()
-	return l.Compacted(), l.Stats()
 }

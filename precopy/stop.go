@@ -141,17 +141,12 @@ func (s *Source) sendStopped(pages []uint32, rep *Report) error {
 	if _, err := s.w.WritePages(pages, s.mem, nil); err != nil {
 		return err
 	}
-	st, err := s.v.Save()
+	m, err := s.v.SaveMigrated()
 	if err != nil {
 		return err
 	}
-	entries, stats := s.logAPI()
-	rep.APILog = stats
-	device, frontEnd := splitLog(entries)
-	if err := stripLogged(&st, device); err != nil {
-		return err
-	}
-	blob, err := encodeState(st)
+	rep.APILog = m.Log
+	blob, err := encodeState(m.State)
 	if err != nil {
 		return err
 	}
@@ -160,8 +155,8 @@ func (s *Source) sendStopped(pages []uint32, rep *Report) error {
 		b []byte
 	}{
 		{stream.DeviceState, blob},
-		{stream.APILog, apilog.Encode(device)},
-		{stream.FrontEnd, apilog.Encode(frontEnd)},
+		{stream.APILog, apilog.Encode(m.Device)},
+		{stream.FrontEnd, apilog.Encode(m.FrontEnd)},
 	} {
 		if err := s.w.WriteBlob(sec.t, sec.b); err != nil {
 			return fmt.Errorf("sending %v: %w", sec.t, err)

@@ -7,10 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 
-	"github.com/gmig-dev/gmig/engine"
-	"github.com/gmig-dev/gmig/internal/apilog"
 	"github.com/gmig-dev/gmig/internal/vgpu"
 	"github.com/gmig-dev/gmig/precopy/stream"
 )
@@ -133,71 +130,4 @@ func decodeState(b []byte) (vgpu.State, error) {
 		return vgpu.State{}, fmt.Errorf("precopy: decoding device state: %w", err)
 	}
 	return s, nil
-}
-
-// splitLog separates a compacted API log into what the device replays
-// (kernel objects, fence, interrupt state: the APILog section) and the
-// guest's config writes for the front end (the FrontEnd section).
-func splitLog(es []apilog.Entry) (device, frontEnd []apilog.Entry) {
-	for _, e := range es {
-		if e.Kind == apilog.ConfigWrite {
-			frontEnd = append(frontEnd, e)
-		} else {
-			device = append(device, e)
-		}
-	}
-	return device, frontEnd
-}
-
-// logged is the device state the API log carries.
-type logged struct {
-	kernels            []engine.KernelObject // sorted by handle
-	fence              uint64
-	intStatus, intMask uint32
-}
-
-// loggedState reads what device entries of a compacted log describe.
-func loggedState(device []apilog.Entry) logged {
-	var l logged
-	for _, e := range device {
-		switch e.Kind {
-		case apilog.KernelLoad:
-			l.kernels = append(l.kernels, engine.KernelObject{Handle: e.Handle, Kind: e.Arg})
-		case apilog.Fence:
-			l.fence = e.Value
-		case apilog.Interrupts:
-			l.intStatus, l.intMask = e.Handle, e.Arg
-		}
-	}
-	sortKernels(l.kernels)
-	return l
-}
-
-// stripLogged checks that the log's device entries describe st exactly,
-// then removes what they carry from st, so that on the destination the
-// replayed log is the only source of kernel objects, FENCE_DONE and the
-// interrupt registers. A disagreement is a bug in the recording, and
-// migrating would lose state: it fails the migration (which rolls back).
-func stripLogged(st *vgpu.State, device []apilog.Entry) error {
-	l := loggedState(device)
-	kernels := st.Engine.Kernels
-	if kernels == nil {
-		kernels = []engine.KernelObject{}
-	}
-	if l.kernels == nil {
-		l.kernels = []engine.KernelObject{}
-	}
-	switch {
-	case !slices.Equal(l.kernels, kernels):
-		return fmt.Errorf("precopy: API log holds kernels %v, device %v", l.kernels, kernels)
-	case l.fence != st.Engine.FenceDone:
-		return fmt.Errorf("precopy: API log holds fence %d, device FENCE_DONE %d", l.fence, st.Engine.FenceDone)
-	case l.intStatus != st.Regs.IntStatus || l.intMask != st.Regs.IntMask:
-		return fmt.Errorf("precopy: API log holds interrupts %#x/%#x, device INT_STATUS/INT_MASK %#x/%#x",
-			l.intStatus, l.intMask, st.Regs.IntStatus, st.Regs.IntMask)
-	}
-	st.Engine.Kernels = nil
-	st.Engine.FenceDone = 0
-	st.Regs.IntStatus, st.Regs.IntMask = 0, 0
-	return nil
 }

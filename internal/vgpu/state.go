@@ -4,12 +4,9 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/rs/zerolog"
-
 	"github.com/gmig-dev/gmig/engine"
 	"github.com/gmig-dev/gmig/gtt"
 	"github.com/gmig-dev/gmig/internal/pci"
-	"github.com/gmig-dev/gmig/internal/pool"
 	"github.com/gmig-dev/gmig/mmio"
 )
 
@@ -57,35 +54,6 @@ func (v *VGPU) Save() (State, error) {
 	}, nil
 }
 
-// RestoreArgs are the live resources a restored vGPU is built on.
-type RestoreArgs struct {
-	Config Config // name and hooks; sizes must match the state's (or be zero)
-	Pool   *pool.Pool
-	Log    zerolog.Logger
-}
-
-// Restore creates a vGPU in a fresh partition of args.Pool and gives it s.
-// The new vGPU starts quiesced; call Resume once its graphics memory has
-// been filled in.
-func Restore(args RestoreArgs, s State) (*VGPU, error) {
-	cfg := args.Config
-	if (cfg.MemSize != 0 && cfg.MemSize != s.MemSize) || (cfg.GTTEntries != 0 && cfg.GTTEntries != s.GTTEntries) {
-		return nil, fmt.Errorf("%w: config (%d bytes, %d entries) differs from state (%d bytes, %d entries)",
-			ErrState, cfg.MemSize, cfg.GTTEntries, s.MemSize, s.GTTEntries)
-	}
-	cfg.MemSize, cfg.GTTEntries = s.MemSize, s.GTTEntries
-	v, err := New(cfg, args.Pool, args.Log)
-	if err != nil {
-		return nil, err
-	}
-	v.Quiesce()
-	if err := v.Restore(s); err != nil {
-		_ = v.Close()
-		return nil, err
-	}
-	return v, nil
-}
-
 // Restore replaces this vGPU's state with s. The vGPU must be quiesced; it
 // stays quiesced. A state that does not fit is refused and nothing changes.
 func (v *VGPU) Restore(s State) error {
@@ -99,17 +67,17 @@ func (v *VGPU) Restore(s State) error {
 	// Check every part before changing any.
 	oldGTT := v.gtt.Save()
 	if err := v.gtt.Restore(s.GTT); err != nil {
-		return fmt.Errorf("%w: GTT: %v", ErrState, err)
+		return fmt.Errorf("%w: GTT: %w", ErrState, err)
 	}
 	oldPCI := v.pci.Save()
 	if err := v.pci.Restore(s.PCI); err != nil {
 		_ = v.gtt.Restore(oldGTT)
-		return fmt.Errorf("%w: config space: %v", ErrState, err)
+		return fmt.Errorf("%w: config space: %w", ErrState, err)
 	}
 	if err := v.eng.Restore(s.Engine); err != nil {
 		_ = v.gtt.Restore(oldGTT)
 		_ = v.pci.Restore(oldPCI)
-		return fmt.Errorf("%w: engine: %v", ErrState, err)
+		return fmt.Errorf("%w: engine: %w", ErrState, err)
 	}
 	v.regs.Restore(s.Regs)
 	v.log.Info().Uint64("pool_offset", v.part.Offset).Msg("vgpu state restored")

@@ -157,11 +157,11 @@ func TestSaveRestoreRoundTripRemaps(t *testing.T) {
 	}
 
 	_ = newVGPU(t, p, "filler", 2<<20) // pushes the destination to another offset
-	dst, err := Restore(RestoreArgs{Config: Config{Name: "dst"}, Pool: p, Log: zerolog.Nop()}, s)
-	if err != nil {
+	dst := newVGPU(t, p, "dst", 1<<20)
+	dst.Quiesce()
+	if err := dst.Restore(s); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { dst.Close() })
 	if dst.Partition().Offset == src.Partition().Offset {
 		t.Fatal("test needs the destination at a different pool offset")
 	}

@@ -1,22 +1,22 @@
-package precopy
+package native
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"sync"
 	"sync/atomic"
 
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 
 	"github.com/gmig-dev/gmig/internal/vgpu"
+	"github.com/gmig-dev/gmig/precopy"
 	"github.com/gmig-dev/gmig/precopy/stream"
 	"github.com/gmig-dev/gmig/vfio"
 )
 
-// Native is a vGPU that migrates through the vfio-user protocol itself
+// Device is a vGPU that migrates through the vfio-user protocol itself
 // (VFIO_USER_DEVICE_FEATURE with the migration state, MIG_DATA_READ and
 // MIG_DATA_WRITE), for a VMM whose vfio-user client drives the VFIO
 // migration v2 state machine (DESIGN.md, "Migration with QEMU as it is
@@ -24,7 +24,7 @@ import (
 // implements vfio.Migrator; serve it with v.ServeDevice(ctx, l, n).
 //
 // The migration data is exactly the stream of docs/migration-stream.md,
-// written by a Source and read by ReceiveInto in the verdict-less mode
+// written by a Source and read by precopy.Receive in the verdict-less mode
 // (§10): the VMM carries the outcome. The FSM's arcs (nativeArcs):
 //
 //	RUNNING -> PRE_COPY    a Source starts; its live phase runs on a goroutine
@@ -37,9 +37,9 @@ import (
 //	                       End was read, the save is rolled back
 //	PRE_COPY -> RUNNING    the save is rolled back; the engine ran throughout
 //	STOP -> RUNNING        the engine resumes (a source's memory is untouched)
-//	STOP -> RESUMING       ReceiveInto starts on a goroutine, reading what
+//	STOP -> RESUMING       precopy.Receive starts on a goroutine, reading what
 //	                       MIG_DATA_WRITE passes it, straight into this vGPU
-//	RESUMING -> STOP       the end of the data: waits for ReceiveInto and
+//	RESUMING -> STOP       the end of the data: waits for precopy.Receive and
 //	                       fails with its error (the FSM then stays RESUMING
 //	                       until a reset)
 //
@@ -53,28 +53,28 @@ import (
 // vfio.Device contract: calls never overlap); a save has one producer
 // goroutine and a resume one consumer, each finished before the arc or
 // Reset that ends it returns. Close once the server has stopped.
-type Native struct {
+type Device struct {
 	*vgpu.VGPU
-	opts Options
+	opts precopy.Options
 	log  zerolog.Logger
 
-	save   *saveSession // PRE_COPY and STOP_COPY
-	load   *loadSession // RESUMING
-	report Report       // the last save or resume that completed
+	save   *saveSession   // PRE_COPY and STOP_COPY
+	load   *loadSession   // RESUMING
+	report precopy.Report // the last save or resume that completed
 }
 
-// NewNative returns v ready to migrate through vfio-user with opts (the
+// New returns v ready to migrate through vfio-user with opts (the
 // strategy, workers and log of its saves; NoVerdict is implied).
-func NewNative(v *vgpu.VGPU, opts Options) (*Native, error) {
+func New(v *vgpu.VGPU, opts precopy.Options) (*Device, error) {
 	opts.NoVerdict = true
-	if _, err := opts.withDefaults(); err != nil {
+	if _, err := opts.WithDefaults(); err != nil {
 		return nil, err
 	}
-	return &Native{VGPU: v, opts: opts, log: opts.Log.With().Str("vgpu", v.Name()).Logger()}, nil
+	return &Device{VGPU: v, opts: opts, log: opts.Log.With().Str("vgpu", v.Name()).Logger()}, nil
 }
 
 // errAborted ends a save or resume that a reset, a roll-back or Close cut short.
-var errAborted = errors.New("precopy: migration aborted")
+var errAborted = errors.New("native: migration aborted")
 
 // nativeBuffer is how many bytes of stream a save holds ahead of
 // MIG_DATA_READ before its producer waits: a few batches.
@@ -91,26 +91,26 @@ type arc [2]vfio.MigState
 
 // nativeArcs is what each arc of the FSM does; they are the arcs of a
 // device with STOP_COPY and PRE_COPY (vfio.MigArc).
-var nativeArcs = map[arc]func(n *Native) error{
-	{vfio.MigStateRunning, vfio.MigStateStop}:     func(n *Native) error { n.Quiesce(); return nil },
-	{vfio.MigStateStop, vfio.MigStateRunning}:     func(n *Native) error { n.Resume(); return nil },
-	{vfio.MigStateRunning, vfio.MigStatePreCopy}:  func(n *Native) error { return n.startSave(true) },
-	{vfio.MigStateStop, vfio.MigStateStopCopy}:    func(n *Native) error { return n.startSave(false) },
-	{vfio.MigStatePreCopy, vfio.MigStateStopCopy}: (*Native).stopCopy,
-	{vfio.MigStatePreCopy, vfio.MigStateRunning}:  func(n *Native) error { n.endSave(); return nil },
-	{vfio.MigStateStopCopy, vfio.MigStateStop}:    (*Native).finishSave,
-	{vfio.MigStateStop, vfio.MigStateResuming}:    (*Native).startLoad,
-	{vfio.MigStateResuming, vfio.MigStateStop}:    (*Native).finishLoad,
+var nativeArcs = map[arc]func(n *Device) error{
+	{vfio.MigStateRunning, vfio.MigStateStop}:     func(n *Device) error { n.Quiesce(); return nil },
+	{vfio.MigStateStop, vfio.MigStateRunning}:     func(n *Device) error { n.Resume(); return nil },
+	{vfio.MigStateRunning, vfio.MigStatePreCopy}:  func(n *Device) error { return n.startSave(true) },
+	{vfio.MigStateStop, vfio.MigStateStopCopy}:    func(n *Device) error { return n.startSave(false) },
+	{vfio.MigStatePreCopy, vfio.MigStateStopCopy}: (*Device).stopCopy,
+	{vfio.MigStatePreCopy, vfio.MigStateRunning}:  func(n *Device) error { n.endSave(); return nil },
+	{vfio.MigStateStopCopy, vfio.MigStateStop}:    (*Device).finishSave,
+	{vfio.MigStateStop, vfio.MigStateResuming}:    (*Device).startLoad,
+	{vfio.MigStateResuming, vfio.MigStateStop}:    (*Device).finishLoad,
 }
 
 // MigrationFlags implements vfio.Migrator: STOP_COPY and PRE_COPY.
-func (n *Native) MigrationFlags() uint64 { return vfio.MigrationStopCopy | vfio.MigrationPreCopy }
+func (n *Device) MigrationFlags() uint64 { return vfio.MigrationStopCopy | vfio.MigrationPreCopy }
 
 // SetMigState implements vfio.Migrator.
-func (n *Native) SetMigState(from, to vfio.MigState) error {
+func (n *Device) SetMigState(from, to vfio.MigState) error {
 	do, ok := nativeArcs[arc{from, to}]
 	if !ok {
-		return fmt.Errorf("precopy: migration arc %s -> %s: %w", from, to, unix.EINVAL)
+		return fmt.Errorf("native: migration arc %s -> %s: %w", from, to, unix.EINVAL)
 	}
 	n.log.Debug().Stringer("from", from).Stringer("to", to).Msg("migration arc")
 	return do(n)
@@ -119,24 +119,24 @@ func (n *Native) SetMigState(from, to vfio.MigState) error {
 // MigDataRead implements vfio.Migrator. In PRE_COPY it waits while the
 // live phase is producing and returns 0 once it has all been read; in
 // STOP_COPY it waits for data, and returns io.EOF after End.
-func (n *Native) MigDataRead(p []byte) (int, error) {
+func (n *Device) MigDataRead(p []byte) (int, error) {
 	s := n.save
 	if s == nil {
-		return 0, fmt.Errorf("precopy: migration data read without a save: %w", unix.EINVAL)
+		return 0, fmt.Errorf("native: migration data read without a save: %w", unix.EINVAL)
 	}
 	return s.out.read(p, s.stopping)
 }
 
-// MigDataWrite implements vfio.Migrator: p goes to ReceiveInto, which
+// MigDataWrite implements vfio.Migrator: p goes to precopy.Receive, which
 // takes it before the call returns. Once it has failed, every write fails
 // with its error.
-func (n *Native) MigDataWrite(p []byte) error {
+func (n *Device) MigDataWrite(p []byte) error {
 	l := n.load
 	if l == nil {
-		return fmt.Errorf("precopy: migration data written without a resume: %w", unix.EINVAL)
+		return fmt.Errorf("native: migration data written without a resume: %w", unix.EINVAL)
 	}
 	if _, err := l.in.Write(p); err != nil {
-		return &phaseError{"incoming migration data", err}
+		return fmt.Errorf("native: incoming migration data: %w", err)
 	}
 	return nil
 }
@@ -146,7 +146,7 @@ func (n *Native) MigDataWrite(p []byte) error {
 // all, afterwards the bytes the engine has written since (the dirty pages
 // known so far: the guest CPU's writes to the aperture are found only by
 // hashing at the stop), plus the state.
-func (n *Native) MigDataSize() uint64 {
+func (n *Device) MigDataSize() uint64 {
 	cfg := n.Config()
 	state := uint64(cfg.GTTEntries)*gttEntryBytes + stateOverhead
 	all := cfg.MemSize/stream.PageSize*(stream.RecordHeaderSize+stream.PageSize) + state
@@ -159,7 +159,7 @@ func (n *Native) MigDataSize() uint64 {
 	switch {
 	case finished:
 		return buffered
-	case mark == 0 || n.opts.Strategy == StopCopy:
+	case mark == 0 || n.opts.Strategy == precopy.StopCopy:
 		return buffered + all
 	}
 	return buffered + min(n.Stats().BytesWritten-(mark-1), cfg.MemSize) + state
@@ -167,7 +167,7 @@ func (n *Native) MigDataSize() uint64 {
 
 // Reset implements vfio.Device: a save or resume in progress is aborted
 // (a save rolled back), the vGPU is reset and its engine runs.
-func (n *Native) Reset() error {
+func (n *Device) Reset() error {
 	n.endSave()
 	n.endLoad()
 	err := n.VGPU.Reset()
@@ -177,34 +177,34 @@ func (n *Native) Reset() error {
 
 // Close ends a save or resume in progress as Reset does, then closes the
 // vGPU. Call it once the server no longer serves n.
-func (n *Native) Close() error {
+func (n *Device) Close() error {
 	n.endSave()
 	n.endLoad()
 	return n.VGPU.Close()
 }
 
 // Report returns the report of the last save or resume that completed.
-func (n *Native) Report() Report { return n.report }
+func (n *Device) Report() precopy.Report { return n.report }
 
 // saveSession is one save: a Source writing into out on its producer
 // goroutine.
 type saveSession struct {
-	src      *Source
+	src      *precopy.Source
 	out      *migBuffer
 	cancel   context.CancelFunc
-	stopNow  chan struct{} // closed at STOP_COPY: the producer goes on to Stop
-	stopping bool          // STOP_COPY: reads wait for data or the end
-	done     chan struct{} // closed when the producer has returned
-	rep      Report        // Stop's, once done
-	liveEnd  atomic.Uint64 // the engine's BytesWritten + 1 when the live phase ended; 0 before
+	stopNow  chan struct{}  // closed at STOP_COPY: the producer goes on to Stop
+	stopping bool           // STOP_COPY: reads wait for data or the end
+	done     chan struct{}  // closed when the producer has returned
+	rep      precopy.Report // Stop's, once done
+	liveEnd  atomic.Uint64  // the engine's BytesWritten + 1 when the live phase ended; 0 before
 }
 
-func (n *Native) startSave(live bool) error {
+func (n *Device) startSave(live bool) error {
 	if n.save != nil || n.load != nil {
-		return fmt.Errorf("precopy: a save while another migration is in progress: %w", unix.EBUSY)
+		return fmt.Errorf("native: a save while another migration is in progress: %w", unix.EBUSY)
 	}
 	out := newMigBuffer(nativeBuffer)
-	src, err := NewSource(n.VGPU, sink{out}, n.opts)
+	src, err := precopy.NewSource(n.VGPU, sink{out}, n.opts)
 	if err != nil {
 		return err
 	}
@@ -243,10 +243,10 @@ func (s *saveSession) produce(ctx context.Context, v *vgpu.VGPU, live bool) {
 }
 
 // stopCopy is PRE_COPY -> STOP_COPY: the VM has stopped.
-func (n *Native) stopCopy() error {
+func (n *Device) stopCopy() error {
 	s := n.save
 	if s == nil {
-		return fmt.Errorf("precopy: STOP_COPY without a save: %w", unix.EINVAL)
+		return fmt.Errorf("native: STOP_COPY without a save: %w", unix.EINVAL)
 	}
 	n.Quiesce()
 	close(s.stopNow)
@@ -263,7 +263,7 @@ func (s *saveSession) abort() {
 
 // finishSave is STOP_COPY -> STOP. The vGPU stays quiesced either way;
 // a save whose End was not read is rolled back (tracking stops).
-func (n *Native) finishSave() error {
+func (n *Device) finishSave() error {
 	s := n.save
 	if s == nil {
 		return nil
@@ -272,7 +272,7 @@ func (n *Native) finishSave() error {
 	complete := s.out.drained()
 	s.abort()
 	if !complete {
-		s.src.rollback(false)
+		s.src.RollbackStopped()
 		return nil
 	}
 	s.src.Close()
@@ -283,7 +283,7 @@ func (n *Native) finishSave() error {
 }
 
 // endSave rolls back a save in progress, if any.
-func (n *Native) endSave() {
+func (n *Device) endSave() {
 	if s := n.save; s != nil {
 		n.save = nil
 		s.abort()
@@ -291,18 +291,18 @@ func (n *Native) endSave() {
 	}
 }
 
-// loadSession is one resume: ReceiveInto on its consumer goroutine,
+// loadSession is one resume: precopy.Receive on its consumer goroutine,
 // reading what MigDataWrite writes into in.
 type loadSession struct {
 	in   *io.PipeWriter
-	done chan struct{} // closed when the consumer has returned
-	rep  Report        // once done
-	err  error         // once done
+	done chan struct{}  // closed when the consumer has returned
+	rep  precopy.Report // once done
+	err  error          // once done
 }
 
-func (n *Native) startLoad() error {
+func (n *Device) startLoad() error {
 	if n.save != nil || n.load != nil {
-		return fmt.Errorf("precopy: a resume while another migration is in progress: %w", unix.EBUSY)
+		return fmt.Errorf("native: a resume while another migration is in progress: %w", unix.EBUSY)
 	}
 	r, w := io.Pipe()
 	l := &loadSession{in: w, done: make(chan struct{})}
@@ -311,15 +311,15 @@ func (n *Native) startLoad() error {
 	return nil
 }
 
-// consume runs ReceiveInto. After End it reads on to the end of the data:
+// consume runs precopy.Receive. After End it reads on to the end of the data:
 // anything more is an error. When it fails, the pipe is closed with its
 // error, so writes fail rather than wait.
-func (l *loadSession) consume(r *io.PipeReader, v *vgpu.VGPU, opts Options) {
+func (l *loadSession) consume(r *io.PipeReader, v *vgpu.VGPU, opts precopy.Options) {
 	defer close(l.done)
-	rep, err := ReceiveInto(context.Background(), r, v, nil, opts)
+	rep, err := precopy.Receive(context.Background(), r, v, opts)
 	if err == nil {
 		if extra, _ := io.Copy(io.Discard, r); extra > 0 {
-			err = fmt.Errorf("precopy: %w: %d bytes of migration data", stream.ErrTrailingData, extra)
+			err = fmt.Errorf("native: %w: %d bytes of migration data", stream.ErrTrailingData, extra)
 		}
 	}
 	if err != nil {
@@ -330,10 +330,10 @@ func (l *loadSession) consume(r *io.PipeReader, v *vgpu.VGPU, opts Options) {
 
 // finishLoad is RESUMING -> STOP: the data has ended. A failed resume
 // stays (the FSM at RESUMING) until Reset.
-func (n *Native) finishLoad() error {
+func (n *Device) finishLoad() error {
 	l := n.load
 	if l == nil {
-		return fmt.Errorf("precopy: STOP without a resume: %w", unix.EINVAL)
+		return fmt.Errorf("native: STOP without a resume: %w", unix.EINVAL)
 	}
 	l.in.Close()
 	<-l.done
@@ -348,105 +348,10 @@ func (n *Native) finishLoad() error {
 }
 
 // endLoad aborts a resume in progress (or failed), if any.
-func (n *Native) endLoad() {
+func (n *Device) endLoad() {
 	if l := n.load; l != nil {
 		n.load = nil
 		l.in.CloseWithError(errAborted)
 		<-l.done
 	}
 }
-
-// migBuffer carries a save's stream from its Source to MigDataRead. Writes
-// wait while it holds limit bytes or more; reads take what there is.
-type migBuffer struct {
-	mu     sync.Mutex
-	cond   sync.Cond
-	data   []byte
-	off    int // data[off:] is unread
-	limit  int
-	paused bool  // the live phase is over: a PRE_COPY read of an empty buffer returns 0
-	err    error // once set, writes fail with it and reads return it after the data (io.EOF: complete)
-}
-
-func newMigBuffer(limit int) *migBuffer {
-	b := &migBuffer{limit: limit}
-	b.cond.L = &b.mu
-	return b
-}
-
-// Write implements io.Writer for the Source.
-func (b *migBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for b.err == nil && len(b.data)-b.off >= b.limit {
-		b.cond.Wait()
-	}
-	if b.err != nil {
-		return 0, b.err
-	}
-	if b.off >= b.limit || b.off == len(b.data) { // amortized: at most limit bytes moved per limit read
-		b.data = b.data[:copy(b.data, b.data[b.off:])]
-		b.off = 0
-	}
-	b.data = append(b.data, p...)
-	b.cond.Broadcast()
-	return len(p), nil
-}
-
-// read fills p with what there is. With nothing there, it waits for data
-// or the end, or (wait false) until the live phase is over, and then
-// returns 0 and nil.
-func (b *migBuffer) read(p []byte, wait bool) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for b.off == len(b.data) && b.err == nil && (wait || !b.paused) {
-		b.cond.Wait()
-	}
-	if b.off < len(b.data) {
-		n := copy(p, b.data[b.off:])
-		b.off += n
-		b.cond.Broadcast()
-		return n, nil
-	}
-	return 0, b.err
-}
-
-func (b *migBuffer) pause() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.paused = true
-	b.cond.Broadcast()
-}
-
-// finish ends the stream: io.EOF when err is nil. The first call counts.
-func (b *migBuffer) finish(err error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.err != nil {
-		return
-	}
-	if err == nil {
-		err = io.EOF
-	}
-	b.err = err
-	b.cond.Broadcast()
-}
-
-// drained reports whether the whole stream, End included, has been read.
-func (b *migBuffer) drained() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.err == io.EOF && b.off == len(b.data)
-}
-
-// unread returns the bytes not yet read and whether the stream is complete.
-func (b *migBuffer) unread() (n uint64, finished bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return uint64(len(b.data) - b.off), b.err == io.EOF
-}
-
-// sink is a save's connection: NoVerdict never reads it.
-type sink struct{ *migBuffer }
-
-func (sink) Read([]byte) (int, error) { return 0, io.EOF }

@@ -1,4 +1,4 @@
-package precopy
+package native
 
 import (
 	"bytes"
