@@ -135,7 +135,7 @@ func (h *hostile) gtt(context.Context) error {
 		guest.GTTEntry(pages, true),                              // the page just past the partition
 		guest.GTTEntry(2*pages+7, true),                          // a neighbour's, were it placed after
 		guest.GTTEntry(abi.GTTPageMask>>abi.GTTPageShift, false), // the largest page number
-		before | 1<<5, // a reserved bit
+		before | 1<<5, // a reserved bit (bits 2-11, docs/device-abi.md §3.1)
 	} {
 		if err := h.bus.WriteGTT(index, []uint64{e}); err != nil {
 			return err
