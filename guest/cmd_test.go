@@ -1,7 +1,6 @@
 package guest
 
 import (
-	"bytes"
 	"errors"
 	"reflect"
 	"testing"
@@ -11,8 +10,8 @@ import (
 )
 
 // TestEncodersDecode checks that every encoder's bytes decode, with the
-// engine's decoder, to the fields it was given, and that the engine's own
-// encoder produces the same bytes.
+// engine's decoder, to the fields it was given (these encoders are the
+// ring format's only ones: the engine decodes).
 func TestEncodersDecode(t *testing.T) {
 	cases := []struct {
 		name string
@@ -49,9 +48,6 @@ func TestEncodersDecode(t *testing.T) {
 		}
 		if !reflect.DeepEqual(got, c.want) {
 			t.Errorf("%s: decoded %#v, want %#v", c.name, got, c.want)
-		}
-		if enc := engine.Encode(c.want); !bytes.Equal(enc, c.b) {
-			t.Errorf("%s: engine.Encode gives % x, guest gives % x", c.name, enc, c.b)
 		}
 	}
 }

@@ -23,6 +23,12 @@ type WorkloadConfig struct {
 	// Check keeps a reference model (ref.go) and verifies graphics memory
 	// and every DMA read against it after each step.
 	Check bool
+	// CheckTouched, with Check, reads back after each step only the pages
+	// the step changed in the model, through the device (DMA_FROM_GFX into
+	// guest RAM) rather than the aperture, and the whole region when
+	// Digest reads it: for a guest whose aperture reads are slow (under
+	// TCG every aperture access goes through QEMU's device emulation).
+	CheckTouched bool
 }
 
 func (c WorkloadConfig) withDefaults() WorkloadConfig {
@@ -60,6 +66,7 @@ type Workload struct {
 	base  uint64 // graphics address of the region (allocated on first step)
 	fence uint64 // graphics address of the workload's WRITE_MEM fence slot
 	model []byte // reference model of the region, with Check
+	prev  []byte // the model at the step's start, with CheckTouched
 	steps uint64
 	ops   [numOpKinds]uint64
 
@@ -92,6 +99,9 @@ func NewWorkload(seed int64, cfg WorkloadConfig) (*Workload, error) {
 	}
 	if cfg.Check {
 		w.model = make([]byte, cfg.MemSize)
+		if cfg.CheckTouched {
+			w.prev = make([]byte, cfg.MemSize)
+		}
 	}
 	return w, nil
 }
@@ -151,6 +161,9 @@ func (w *Workload) Step(ctx context.Context, d *Driver) error {
 	}
 	ops := w.Next()
 	w.pendingReads, w.stageUsed, w.submitted = w.pendingReads[:0], 0, false
+	if w.prev != nil {
+		copy(w.prev, w.model)
+	}
 	for _, op := range ops {
 		if err := w.gate(ctx); err != nil {
 			return err
@@ -169,7 +182,7 @@ func (w *Workload) Step(ctx context.Context, d *Driver) error {
 	}
 	w.steps++
 	if w.cfg.Check {
-		return w.verify(d, v)
+		return w.verify(ctx, d, v)
 	}
 	return nil
 }
@@ -197,6 +210,12 @@ func (w *Workload) Digest(d *Driver) ([32]byte, error) {
 	buf := make([]byte, w.cfg.MemSize)
 	if err := d.ReadGA(w.base, buf); err != nil {
 		return [32]byte{}, err
+	}
+	if w.model != nil {
+		if i := firstDiff(buf, w.model); i >= 0 {
+			return [32]byte{}, fmt.Errorf("guest: workload after %d steps: graphics address %#x (region offset %#x) is %#02x, model %#02x",
+				w.steps, w.base+uint64(i), i, buf[i], w.model[i])
+		}
 	}
 	return sha256.Sum256(buf), nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+
+	"github.com/gmig-dev/gmig/abi"
 )
 
 // exec runs one op on the device (and, with Check, on the model).
@@ -113,7 +115,7 @@ func (w *Workload) stage(d *Driver, n uint64) (uint64, []byte, error) {
 
 // verify checks the step's DMA reads, the fence slot and the whole region
 // against the model.
-func (w *Workload) verify(d *Driver, fence uint64) error {
+func (w *Workload) verify(ctx context.Context, d *Driver, fence uint64) error {
 	for _, r := range w.pendingReads {
 		if i := firstDiff(r.buf, r.want); i >= 0 {
 			return fmt.Errorf("guest: workload step %d: %s: guest RAM byte %d is %#02x, model %#02x",
@@ -127,13 +129,64 @@ func (w *Workload) verify(d *Driver, fence uint64) error {
 	if got := le64(slot[:]); got != fence {
 		return fmt.Errorf("guest: workload step %d: fence slot holds %d, want %d", w.steps-1, got, fence)
 	}
-	got := make([]byte, len(w.model))
-	if err := d.ReadGA(w.base, got); err != nil {
+	if w.prev == nil {
+		return w.compare(d, 0, uint64(len(w.model)))
+	}
+	// Runs of changed pages, read back by DMA in pieces that fit the
+	// staging buffer (the step's DMA reads were checked above: it is free).
+	gpa, stage := d.Staging()
+	size := uint64(len(w.model))
+	for off := uint64(0); off < size; {
+		end := min(off+abi.PageSize, size)
+		if firstDiff(w.model[off:end], w.prev[off:end]) < 0 {
+			off = end
+			continue
+		}
+		run := off
+		for end < size && end-run < uint64(len(stage)) {
+			next := min(end+abi.PageSize, size)
+			if firstDiff(w.model[end:next], w.prev[end:next]) < 0 {
+				break
+			}
+			end = next
+		}
+		if err := w.compareDMA(ctx, d, gpa, stage, run, end); err != nil {
+			return err
+		}
+		off = end
+	}
+	return nil
+}
+
+// compareDMA copies region bytes [off, end) into guest RAM with the device
+// and checks them against the model.
+func (w *Workload) compareDMA(ctx context.Context, d *Driver, gpa uint64, stage []byte, off, end uint64) error {
+	n := end - off
+	if err := d.DMAFromGfx(w.base+off, gpa, n); err != nil {
 		return err
 	}
-	if i := firstDiff(got, w.model); i >= 0 {
+	if err := d.Sync(ctx); err != nil {
+		return err
+	}
+	if i := firstDiff(stage[:n], w.model[off:end]); i >= 0 {
+		at := off + uint64(i)
+		return fmt.Errorf("guest: workload step %d: graphics address %#x (region offset %#x) reads back %#02x by DMA, model %#02x",
+			w.steps-1, w.base+at, at, stage[i], w.model[at])
+	}
+	return nil
+}
+
+// compare reads region bytes [off, end) through the aperture and checks
+// them against the model.
+func (w *Workload) compare(d *Driver, off, end uint64) error {
+	got := make([]byte, end-off)
+	if err := d.ReadGA(w.base+off, got); err != nil {
+		return err
+	}
+	if i := firstDiff(got, w.model[off:end]); i >= 0 {
+		at := off + uint64(i)
 		return fmt.Errorf("guest: workload step %d: graphics address %#x (region offset %#x) is %#02x, model %#02x",
-			w.steps-1, w.base+uint64(i), i, got[i], w.model[i])
+			w.steps-1, w.base+at, at, got[i], w.model[at])
 	}
 	return nil
 }

@@ -11,15 +11,25 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/gmig-dev/gmig/hostd/qemu"
 	"github.com/gmig-dev/gmig/internal/vgpu"
+	"github.com/gmig-dev/gmig/precopy"
 )
 
 // The control API (docs/operator-guide.md): JSON over HTTP on a UNIX socket.
 //
-//	GET    /v1/vgpus          list
-//	POST   /v1/vgpus          create   {"name": "...", "mem_size": N, "gtt_entries": N}
-//	GET    /v1/vgpus/{name}   describe
-//	DELETE /v1/vgpus/{name}   destroy
+//	GET    /v1/vgpus                list
+//	POST   /v1/vgpus                create   {"name": "...", "mem_size": N, "gtt_entries": N}
+//	GET    /v1/vgpus/{name}         describe
+//	DELETE /v1/vgpus/{name}         destroy
+//	GET    /v1/vms                  list VMs
+//	POST   /v1/vms                  start a QEMU VM with a vGPU (StartVMRequest)
+//	GET    /v1/vms/{name}           describe
+//	DELETE /v1/vms/{name}           stop (an adopted VM is only released)
+//	POST   /v1/vms/{name}/adopt     adopt a running QEMU  {"qmp": "/path", "vgpu": "gpu0"}
+//	POST   /v1/vms/{name}/migrate   migrate (MigrateRequest); the answer streams
+//	                                JSON lines: {"progress": ...} while it runs,
+//	                                then {"report": ...} or {"error": ..., "report": ...}
 //
 // Errors are {"error": "..."} with 400 (bad request), 404, 409 or 500.
 
@@ -41,10 +51,8 @@ func (h *Host) Handler() http.Handler {
 	})
 	mux.HandleFunc("POST /v1/vgpus", func(w http.ResponseWriter, r *http.Request) {
 		var req CreateRequest
-		dec := json.NewDecoder(io.LimitReader(r.Body, maxRequestBody))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil {
-			writeError(w, fmt.Errorf("%w: %v", errBadRequest, err))
+		if err := decodeBody(r, &req); err != nil {
+			writeError(w, err)
 			return
 		}
 		info, err := h.Create(vgpu.Config{Name: req.Name, MemSize: req.MemSize, GTTEntries: req.GTTEntries})
@@ -69,7 +77,18 @@ func (h *Host) Handler() http.Handler {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})
+	h.vmRoutes(mux)
 	return mux
+}
+
+// decodeBody decodes a JSON request body into v, refusing unknown fields.
+func decodeBody(r *http.Request, v any) error {
+	dec := json.NewDecoder(io.LimitReader(r.Body, maxRequestBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%w: %v", errBadRequest, err)
+	}
+	return nil
 }
 
 var errBadRequest = errors.New("hostd: bad request")
@@ -83,11 +102,13 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 func writeError(w http.ResponseWriter, err error) {
 	code := http.StatusInternalServerError
 	switch {
-	case errors.Is(err, ErrNotFound):
+	case errors.Is(err, ErrNotFound), errors.Is(err, ErrNoVM):
 		code = http.StatusNotFound
-	case errors.Is(err, ErrExists):
+	case errors.Is(err, ErrExists), errors.Is(err, ErrVMExists), errors.Is(err, ErrVMState):
 		code = http.StatusConflict
-	case errors.Is(err, ErrName), errors.Is(err, vgpu.ErrConfig), errors.Is(err, errBadRequest):
+	case errors.Is(err, ErrName), errors.Is(err, vgpu.ErrConfig), errors.Is(err, errBadRequest),
+		errors.Is(err, qemu.ErrMachine), errors.Is(err, qemu.ErrSharedMemory), errors.Is(err, qemu.ErrAdopt),
+		errors.Is(err, precopy.ErrStrategy):
 		code = http.StatusBadRequest
 	}
 	writeJSON(w, code, map[string]string{"error": err.Error()})
@@ -123,7 +144,8 @@ func (h *Host) ServeAPI(ctx context.Context, l net.Listener) error {
 
 // Client talks to a gmigd control socket.
 type Client struct {
-	http *http.Client
+	http    *http.Client
+	timeout time.Duration // each request but a migration's
 }
 
 // NewClient returns a client for the control socket at path.
@@ -132,7 +154,7 @@ func NewClient(path string) *Client {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", path)
 	}}
-	return &Client{http: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
+	return &Client{http: &http.Client{Transport: tr}, timeout: 60 * time.Second}
 }
 
 // List lists the vGPUs.
@@ -167,7 +189,9 @@ func (c *Client) do(method, path string, in, out any) error {
 		}
 		body = bytes.NewReader(b)
 	}
-	req, err := http.NewRequest(method, "http://gmigd"+path, body)
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, "http://gmigd"+path, body)
 	if err != nil {
 		return err
 	}

@@ -14,9 +14,13 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/gmig-dev/gmig/hostd/qemu"
 	"github.com/gmig-dev/gmig/internal/pool"
+	"github.com/gmig-dev/gmig/internal/sim"
 	"github.com/gmig-dev/gmig/internal/vgpu"
+	"github.com/gmig-dev/gmig/orchestrator"
 	"github.com/gmig-dev/gmig/precopy"
+	"github.com/gmig-dev/gmig/precopy/native"
 )
 
 // Defaults for Config.
@@ -30,6 +34,16 @@ type Config struct {
 	PoolSize uint64 // bytes of graphics memory shared by all vGPUs
 	RunDir   string // vfio-user sockets live here, one per vGPU: RunDir/NAME.sock
 	Log      zerolog.Logger
+	// QEMURoot is where QEMU 11.1 is installed (the provisioned root) for
+	// VMs gmigd starts, its own and incoming ones.
+	QEMURoot qemu.Root
+	// Sims holds the in-process simulated VMs that migrations of kind
+	// "sim" move (gmigd demo and bench); nil: such migrations are refused.
+	Sims *sim.Registry
+	// Transport connects to peers for migrations (nil: TCP).
+	Transport orchestrator.Transport
+	// Timeouts bound the migration conversation (zero: the defaults).
+	Timeouts orchestrator.Timeouts
 	// OnHeartbeat, if set, sees every guest HEARTBEAT write of every vGPU
 	// on this host, created or arrived by migration, stamped with this
 	// host's clock: the largest gap between consecutive values is the
@@ -52,12 +66,20 @@ var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,31}$`)
 // Info describes one vGPU for listings.
 type Info struct {
 	Name       string     `json:"name"`
+	State      string     `json:"state"` // live, incoming (a migration arriving), migrating (leaving)
 	Socket     string     `json:"socket"`
 	MemSize    uint64     `json:"mem_size"`
 	GTTEntries uint32     `json:"gtt_entries"`
 	PoolOffset uint64     `json:"pool_offset"`
 	Stats      vgpu.Stats `json:"stats"`
 }
+
+// vGPU states.
+const (
+	stateLive      = "live"
+	stateIncoming  = "incoming"
+	stateMigrating = "migrating"
+)
 
 // Host owns the pool and the vGPUs of one gmigd.
 type Host struct {
@@ -67,17 +89,21 @@ type Host struct {
 
 	mu     sync.Mutex
 	vgpus  map[string]*served
+	vms    map[string]*vmRec
 	closed bool
+
+	metrics *metrics
 }
 
 // served is a vGPU with its vfio-user listener and server goroutine.
 type served struct {
-	v         *vgpu.VGPU
-	native    *precopy.Native // v with the vfio-user migration interface
-	socket    string
-	stop      context.CancelFunc
-	done      chan error
-	migrating bool // an outgoing migration holds it (Host.Migrate)
+	v      *vgpu.VGPU
+	native *native.Device // v with the vfio-user migration interface
+	socket string
+	stop   context.CancelFunc
+	done   chan error
+	state  string
+	beats  *orchestrator.Heartbeats
 }
 
 // New creates the pool and the run directory.
@@ -95,7 +121,7 @@ func New(cfg Config) (*Host, error) {
 	if err != nil {
 		return nil, fmt.Errorf("hostd: creating %d-byte pool: %w", cfg.PoolSize, err)
 	}
-	h := &Host{cfg: cfg, log: cfg.Log, pool: p, vgpus: map[string]*served{}}
+	h := &Host{cfg: cfg, log: cfg.Log, pool: p, vgpus: map[string]*served{}, vms: map[string]*vmRec{}, metrics: newMetrics()}
 	h.log.Info().Uint64("pool_size", cfg.PoolSize).Str("run_dir", cfg.RunDir).Msg("host ready")
 	return h, nil
 }
@@ -105,32 +131,49 @@ func (h *Host) Pool() *pool.Pool { return h.pool }
 
 // Create makes a vGPU and starts serving it on RunDir/NAME.sock.
 func (h *Host) Create(cfg vgpu.Config) (Info, error) {
-	if !nameRE.MatchString(cfg.Name) {
-		return Info{}, fmt.Errorf("%w: %q (want 1-32 of a-z 0-9 _ -, starting with a letter or digit)", ErrName, cfg.Name)
-	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	s, err := h.createLocked(cfg, stateLive)
+	if err != nil {
+		return Info{}, err
+	}
+	return s.info(), nil
+}
+
+// createLocked makes a vGPU in state and serves it.
+func (h *Host) createLocked(cfg vgpu.Config, state string) (*served, error) {
+	if !nameRE.MatchString(cfg.Name) {
+		return nil, fmt.Errorf("%w: %q (want 1-32 of a-z 0-9 _ -, starting with a letter or digit)", ErrName, cfg.Name)
+	}
 	if h.closed {
-		return Info{}, ErrClosed
+		return nil, ErrClosed
 	}
 	if _, ok := h.vgpus[cfg.Name]; ok {
-		return Info{}, fmt.Errorf("%w: %s", ErrExists, cfg.Name)
+		return nil, fmt.Errorf("%w: %s", ErrExists, cfg.Name)
 	}
-	if hb := h.cfg.OnHeartbeat; hb != nil && cfg.OnHeartbeat == nil {
-		name := cfg.Name
-		cfg.OnHeartbeat = func(v uint64, at time.Time) { hb(name, v, at) }
+	beats := orchestrator.NewHeartbeats()
+	name, own, all := cfg.Name, cfg.OnHeartbeat, h.cfg.OnHeartbeat
+	cfg.OnHeartbeat = func(v uint64, at time.Time) {
+		beats.Record(v, at)
+		if own != nil {
+			own(v, at)
+		}
+		if all != nil {
+			all(name, v, at)
+		}
 	}
 	v, err := vgpu.New(cfg, h.pool, h.log)
 	if err != nil {
-		return Info{}, err
+		return nil, err
 	}
 	s, err := h.serveLocked(v)
 	if err != nil {
 		_ = v.Close()
-		return Info{}, err
+		return nil, err
 	}
+	s.state, s.beats = state, beats
 	h.vgpus[cfg.Name] = s
-	return s.info(), nil
+	return s, nil
 }
 
 func (h *Host) serveLocked(v *vgpu.VGPU) (*served, error) {
@@ -142,9 +185,9 @@ func (h *Host) serveLocked(v *vgpu.VGPU) (*served, error) {
 	if err != nil {
 		return nil, fmt.Errorf("hostd: listening on %s: %w", path, err)
 	}
-	// Served through precopy.Native: the vfio-user migration interface
+	// Served through native.Device: the vfio-user migration interface
 	// (DEVICE_FEATURE, MIG_DATA_*) is there for a client that drives it.
-	n, err := precopy.NewNative(v, precopy.Options{Log: h.log})
+	n, err := native.New(v, precopy.Options{Log: h.log})
 	if err != nil {
 		_ = l.Close()
 		return nil, err
@@ -178,7 +221,7 @@ func removeStaleSocket(path string) error {
 func (s *served) info() Info {
 	c := s.v.Config()
 	return Info{
-		Name: c.Name, Socket: s.socket, MemSize: c.MemSize, GTTEntries: c.GTTEntries,
+		Name: c.Name, State: s.state, Socket: s.socket, MemSize: c.MemSize, GTTEntries: c.GTTEntries,
 		PoolOffset: s.v.Partition().Offset, Stats: s.v.Stats(),
 	}
 }
@@ -241,7 +284,8 @@ func (h *Host) shutdown(s *served) error {
 	return err
 }
 
-// Close destroys every vGPU and releases the pool.
+// Close stops the VMs it started, destroys every vGPU and releases the
+// pool.
 func (h *Host) Close() error {
 	h.mu.Lock()
 	if h.closed {
@@ -249,10 +293,13 @@ func (h *Host) Close() error {
 		return nil
 	}
 	h.closed = true
-	all := h.vgpus
-	h.vgpus = nil
+	all, vms := h.vgpus, h.vms
+	h.vgpus, h.vms = nil, nil
 	h.mu.Unlock()
 	var errs []error
+	for _, r := range vms {
+		r.close()
+	}
 	for _, s := range all {
 		errs = append(errs, h.shutdown(s))
 	}

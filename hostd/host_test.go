@@ -3,18 +3,19 @@ package hostd
 import (
 	"context"
 	"errors"
-	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/gmig-dev/gmig/internal/sim"
 	"github.com/gmig-dev/gmig/internal/vgpu"
+	"github.com/gmig-dev/gmig/orchestrator"
 	"github.com/gmig-dev/gmig/vfio"
 )
 
@@ -173,21 +174,21 @@ func TestNativeMigrationInterface(t *testing.T) {
 	if err := c.SetMigState(vfio.MigStatePreCopy); err != nil {
 		t.Fatal(err)
 	}
-	// A peer that accepts, so the migration gets as far as claiming the vGPU.
-	peer, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	// A gmigd migration of a VM on that vGPU is refused while the native
+	// save holds it; the VM runs on.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// The socket's one client is the native save's: the VM is a simulated
+	// one that never attaches (the migration fails before touching it).
+	sims := &sim.Registry{}
+	vm := new(sim.VM)
+	sims.Put("n", vm)
+	if err := h.AddSimVM("n", "n", vm, nil); err != nil {
 		t.Fatal(err)
 	}
-	defer peer.Close()
-	go func() {
-		if c, err := peer.Accept(); err == nil {
-			_, _ = io.Copy(io.Discard, c)
-			c.Close()
-		}
-	}()
-	opts := MigrateOptions{Pause: func(context.Context) error { return nil }}
-	if _, err := h.Migrate(context.Background(), "n", peer.Addr().String(), opts); !errors.Is(err, vgpu.ErrObserved) {
-		t.Fatalf("a gmigd migration during a native one: %v, want vgpu.ErrObserved", err)
+	dst := newMigHost(t, ctx, sims, false)
+	if _, err := h.MigrateVM(ctx, "n", dst.addr, MigrateOptions{}); !errors.Is(err, vgpu.ErrObserved) || !errors.Is(err, orchestrator.ErrRolledBack) {
+		t.Fatalf("a gmigd migration during a native one: %v, want vgpu.ErrObserved and a roll-back", err)
 	}
 	if err := c.SetMigState(vfio.MigStateRunning); err != nil {
 		t.Fatalf("abandoning the native save: %v", err)

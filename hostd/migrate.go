@@ -2,113 +2,135 @@ package hostd
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
-	"sync/atomic"
 	"time"
 
+	"github.com/gmig-dev/gmig/hostd/qemu"
 	"github.com/gmig-dev/gmig/internal/vgpu"
+	"github.com/gmig-dev/gmig/orchestrator"
 	"github.com/gmig-dev/gmig/precopy"
 )
 
 // MigrateOptions steer one outgoing migration.
 type MigrateOptions struct {
 	Precopy precopy.Options
-	// Pause stops the VM (QEMU's pre-switchover; the simulator's gate) and
-	// returns once the guest can no longer touch the vGPU. Required.
-	Pause func(ctx context.Context) error
-	// Resume restarts the VM on this host after a failed migration.
-	Resume func()
-	// DialTimeout bounds connecting to the peer (default 10 s).
-	DialTimeout time.Duration
+	// Progress, if set, receives snapshots while the migration runs.
+	Progress func(orchestrator.Progress)
+	// MaxBandwidth and DowntimeLimit are QEMU's RAM migration parameters
+	// (zero: qemu.DefaultMaxBandwidth and QEMU's own 300 ms).
+	MaxBandwidth  uint64
+	DowntimeLimit time.Duration
 }
 
-// ErrMigrating reports a vGPU that is already being migrated.
-var ErrMigrating = errors.New("hostd: vGPU is being migrated")
-
-// Migrate moves vGPU name to the gmigd whose migration listener is at peer
-// (host:port): pre-copy while the VM runs, then opts.Pause, the stop phase,
-// and the destination's verdict. On success the vGPU is gone from this host
-// (its socket removed, its memory zeroed and freed). On any failure it keeps
-// running here with its memory untouched, opts.Resume is called if the VM
-// was paused, and the error says what failed.
-func (h *Host) Migrate(ctx context.Context, name, peer string, opts MigrateOptions) (precopy.Report, error) {
-	if opts.Pause == nil {
-		return precopy.Report{}, errors.New("hostd: Migrate needs a Pause hook")
-	}
-	s, err := h.claim(name)
+// MigrateVM moves VM name and its vGPU to the gmigd whose migration
+// listener is at peer (host:port), through the orchestrator. On success
+// the VM runs there and is gone from here (its vGPU destroyed). On an error
+// wrapping orchestrator.ErrRolledBack the VM runs on here. On
+// orchestrator.ErrOutcomeUnknown it stays paused here (state
+// outcome-unknown) while gmigd keeps asking the destination; it is then
+// released or resumed by itself.
+func (h *Host) MigrateVM(ctx context.Context, name, peer string, opts MigrateOptions) (orchestrator.Report, error) {
+	r, s, err := h.claimVM(name)
 	if err != nil {
-		return precopy.Report{}, err
+		return orchestrator.Report{}, err
 	}
-	defer h.release(name)
-	log := h.log.With().Str("vgpu", name).Str("peer", peer).Str("strategy", string(opts.Precopy.Strategy)).Logger()
-	if opts.DialTimeout == 0 {
-		opts.DialTimeout = 10 * time.Second
-	}
-	d := net.Dialer{Timeout: opts.DialTimeout}
-	conn, err := d.DialContext(ctx, "tcp", peer)
+	vm, kind, spec, err := r.sourceVM(opts)
 	if err != nil {
-		return precopy.Report{}, fmt.Errorf("hostd: migrating %s: %w", name, err)
+		h.releaseVM(name, vmRunning)
+		return orchestrator.Report{}, err
 	}
-	defer conn.Close()
-	opts.Precopy.Log = log
-	src, err := precopy.NewSource(s.v, conn, opts.Precopy)
-	if err != nil {
-		return precopy.Report{}, fmt.Errorf("hostd: migrating %s: %w", name, err)
-	}
-	log.Info().Msg("migration: pre-copy")
-	if err := src.Precopy(ctx); err != nil {
-		src.Rollback()
-		return precopy.Report{}, fmt.Errorf("hostd: migrating %s: pre-copy: %w", name, err)
-	}
-	if err := opts.Pause(ctx); err != nil {
-		src.Rollback()
-		return precopy.Report{}, fmt.Errorf("hostd: migrating %s: pausing the VM: %w", name, err)
-	}
-	rep, err := src.Stop(ctx)
-	if err != nil {
-		src.Rollback()
-		if opts.Resume != nil {
-			opts.Resume()
-		}
-		log.Warn().Err(err).Msg("migration failed; vGPU kept running here")
-		return rep, fmt.Errorf("hostd: migrating %s: stop phase: %w", name, err)
-	}
-	src.Close()
-	log.Info().Dur("stop", rep.Stop.Total).Int("dirty_pages", rep.Stop.DirtyPages).Msg("migration: done")
-	if err := h.Destroy(name); err != nil {
-		log.Warn().Err(err).Msg("destroying the migrated-away vGPU")
-	}
-	return rep, nil
-}
-
-// claim marks a vGPU as migrating, refusing a second migration of it.
-func (h *Host) claim(name string) (*served, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	s, ok := h.vgpus[name]
+	h.metrics.migrationStarted("source")
+	rep, err := orchestrator.Migrate(ctx, orchestrator.Source{
+		VGPU: s.v, VM: vm, Beats: s.beats, Peer: peer, Transport: h.cfg.Transport,
+		VMKind: kind, VMSpec: spec, Name: r.vgpu,
+		Precopy: opts.Precopy, Timeouts: h.cfg.Timeouts, Progress: opts.Progress,
+		OnResolved: func(runsThere bool) { h.resolved(name, runsThere) },
+		Log:        h.log.With().Str("vm", name).Logger(),
+	})
 	switch {
-	case !ok:
-		return nil, fmt.Errorf("%w: %s", ErrNotFound, name)
-	case s.migrating:
-		return nil, fmt.Errorf("%w: %s", ErrMigrating, name)
+	case err == nil:
+		h.metrics.migrationEnded("source", rep, nil)
+		h.forgetVM(name)
+	case errors.Is(err, orchestrator.ErrOutcomeUnknown):
+		h.metrics.migrationEnded("source", rep, err)
+		h.releaseVM(name, vmOutcomeUnknown)
+	default:
+		h.metrics.migrationEnded("source", rep, err)
+		h.releaseVM(name, vmRunning)
 	}
-	s.migrating = true
-	return s, nil
+	return rep, err
 }
 
-func (h *Host) release(name string) {
+// claimVM marks a running VM and its vGPU as migrating.
+func (h *Host) claimVM(name string) (*vmRec, *served, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if s, ok := h.vgpus[name]; ok {
-		s.migrating = false
+	r, ok := h.vms[name]
+	if !ok {
+		return nil, nil, fmt.Errorf("%w: %s", ErrNoVM, name)
+	}
+	if r.state != vmRunning {
+		return nil, nil, fmt.Errorf("%w: %s is %s", ErrVMState, name, r.state)
+	}
+	s, ok := h.vgpus[r.vgpu]
+	if !ok {
+		return nil, nil, fmt.Errorf("%w: %s (the vGPU of VM %s)", ErrNotFound, r.vgpu, name)
+	}
+	r.state, s.state = vmMigrating, stateMigrating
+	return r, s, nil
+}
+
+// releaseVM ends a migration that left the VM here.
+func (h *Host) releaseVM(name, state string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if r, ok := h.vms[name]; ok {
+		r.state = state
+		if s, ok := h.vgpus[r.vgpu]; ok {
+			s.state = stateLive
+			if state != vmRunning {
+				s.state = stateMigrating
+			}
+		}
 	}
 }
 
-// ListenMigrations opens the TCP listener incoming migrations arrive on.
+// forgetVM drops a VM that now runs at the destination, and its vGPU.
+func (h *Host) forgetVM(name string) {
+	h.mu.Lock()
+	r, ok := h.vms[name]
+	delete(h.vms, name)
+	h.mu.Unlock()
+	if !ok {
+		return
+	}
+	if r.console != nil {
+		r.console.Close()
+	}
+	if err := h.Destroy(r.vgpu); err != nil {
+		h.log.Warn().Err(err).Str("vgpu", r.vgpu).Msg("destroying the migrated vGPU")
+	}
+}
+
+// resolved ends an outcome-unknown migration once the destination answered.
+func (h *Host) resolved(name string, runsThere bool) {
+	if runsThere {
+		h.forgetVM(name)
+		return
+	}
+	h.releaseVM(name, vmRunning)
+}
+
+// ListenMigrations opens the listener incoming migrations arrive on.
 func (h *Host) ListenMigrations(addr string) (net.Listener, error) {
-	l, err := net.Listen("tcp", addr)
+	t := h.cfg.Transport
+	if t == nil {
+		t = orchestrator.TCP{}
+	}
+	l, err := t.Listen(addr)
 	if err != nil {
 		return nil, fmt.Errorf("hostd: migration listener: %w", err)
 	}
@@ -116,84 +138,124 @@ func (h *Host) ListenMigrations(addr string) (net.Listener, error) {
 	return l, nil
 }
 
-// Incoming is called for each vGPU that arrived; the vGPU is quiesced and
-// already served on its socket. Resume it (VGPU(name).Resume()) when its VM
-// runs here.
-type Incoming func(info Info, rep precopy.Report)
-
-// ServeMigrations accepts incoming migrations on l, one at a time, until ctx
-// ends. Each arriving vGPU gets a new partition of this host's pool (its
-// host offset differs from the source's; the shadow GTT is rebuilt on it)
-// and its vfio-user socket; done is told about it. A failed incoming
-// migration leaves nothing behind here.
-func (h *Host) ServeMigrations(ctx context.Context, l net.Listener, fe precopy.FrontEnd, done Incoming) error {
-	go func() {
-		<-ctx.Done()
-		_ = l.Close()
-	}()
-	for {
-		conn, err := l.Accept()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
+// ServeMigrations accepts incoming migrations on l until ctx ends. Each
+// arriving vGPU gets a new partition of this host's pool (its host offset
+// differs from the source's; the shadow GTT is rebuilt on it) and its
+// vfio-user socket; its VM is started here paused (QEMU with -incoming) and
+// runs once the source commits. A failed incoming migration leaves nothing
+// behind. onArrival, if set, is told each arrival's end.
+func (h *Host) ServeMigrations(ctx context.Context, l net.Listener, onArrival func(orchestrator.Arrival)) error {
+	d := orchestrator.NewDestination(h, orchestrator.DestinationOptions{
+		Timeouts: h.cfg.Timeouts, Log: h.log,
+		OnArrival: func(a orchestrator.Arrival) {
+			h.metrics.migrationEnded("destination", orchestrator.Report{}, a.Err)
+			if onArrival != nil {
+				onArrival(a)
 			}
-			return fmt.Errorf("hostd: accepting a migration: %w", err)
-		}
-		h.receive(ctx, conn, fe, done)
-	}
+		},
+	})
+	return d.Serve(ctx, l)
 }
 
-func (h *Host) receive(ctx context.Context, conn net.Conn, fe precopy.FrontEnd, done Incoming) {
-	defer conn.Close()
-	log := h.log.With().Str("peer", conn.RemoteAddr().String()).Logger()
-	var info Info
-	// The vGPU is named and served before the success verdict goes out: a
-	// clash of names refuses the migration while the source still runs.
-	var name atomic.Pointer[string]
-	adopt := func(v *vgpu.VGPU) (err error) {
-		n := v.Name()
-		name.Store(&n)
-		info, err = h.adopt(v)
-		return err
-	}
-	var cfg vgpu.Config
-	if hb := h.cfg.OnHeartbeat; hb != nil {
-		// The name arrives with the stream; heartbeats only once adopted.
-		cfg.OnHeartbeat = func(v uint64, at time.Time) {
-			if n := name.Load(); n != nil {
-				hb(*n, v, at)
-			}
-		}
-	}
-	_, rep, err := precopy.ReceiveAdopt(ctx, conn, vgpu.RestoreArgs{Config: cfg, Pool: h.pool, Log: h.log}, fe, adopt)
-	if err != nil {
-		if info.Name != "" {
-			// Adopted, but the verdict did not get out: drop it again.
-			_ = h.Destroy(info.Name)
-		}
-		log.Warn().Err(err).Msg("incoming migration failed; nothing kept")
-		return
-	}
-	log.Info().Str("vgpu", info.Name).Uint64("pool_offset", info.PoolOffset).Msg("incoming migration: vGPU arrived")
-	if done != nil {
-		done(info, rep)
-	}
-}
-
-// adopt registers and serves a vGPU built elsewhere (an incoming migration).
-func (h *Host) adopt(v *vgpu.VGPU) (Info, error) {
+// Land implements orchestrator.Host: the arriving vGPU, created in state
+// incoming, and its VM, started paused.
+func (h *Host) Land(ctx context.Context, p orchestrator.Prepare, via net.Addr) (orchestrator.Landing, error) {
+	h.metrics.migrationStarted("destination")
+	name := p.VGPU.Name
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.closed {
-		return Info{}, ErrClosed
+	if _, ok := h.vms[name]; ok {
+		h.mu.Unlock()
+		return nil, fmt.Errorf("%w: %s", ErrVMExists, name)
 	}
-	if _, ok := h.vgpus[v.Name()]; ok {
-		return Info{}, fmt.Errorf("%w: %s", ErrExists, v.Name())
-	}
-	s, err := h.serveLocked(v)
+	s, err := h.createLocked(vgpu.Config{Name: name, MemSize: p.VGPU.MemSize, GTTEntries: p.VGPU.GTTEntries}, stateIncoming)
+	h.mu.Unlock()
 	if err != nil {
-		return Info{}, err
+		return nil, err
 	}
-	h.vgpus[v.Name()] = s
-	return s.info(), nil
+	s.v.Quiesce() // nothing runs on it until the source commits
+	l := &landing{h: h, s: s, name: name}
+	if err := l.startVM(ctx, p, via); err != nil {
+		l.Discard()
+		return nil, err
+	}
+	return l, nil
+}
+
+// landing is an arriving vGPU and VM.
+type landing struct {
+	h    *Host
+	s    *served
+	name string
+	vm   orchestrator.DestVM
+	rec  *vmRec
+}
+
+func (l *landing) startVM(ctx context.Context, p orchestrator.Prepare, via net.Addr) error {
+	switch p.VMKind {
+	case KindQEMU:
+		var spec qemu.Spec
+		if err := json.Unmarshal(p.VM, &spec); err != nil {
+			return fmt.Errorf("hostd: the source's QEMU spec: %w", err)
+		}
+		if err := l.h.cfg.QEMURoot.Check(); err != nil {
+			return err
+		}
+		r, err := l.h.launch(ctx, l.name, spec, l.s.socket, true)
+		if err != nil {
+			return err
+		}
+		l.rec = r
+		in := &qemu.Incoming{VM: r.q}
+		host, _, err := net.SplitHostPort(via.String())
+		if err != nil {
+			return fmt.Errorf("hostd: local address %s: %w", via, err)
+		}
+		if err := in.Listen(host); err != nil {
+			return err
+		}
+		l.vm = in
+	case KindSim:
+		var simName string
+		if err := json.Unmarshal(p.VM, &simName); err != nil {
+			return fmt.Errorf("hostd: the source's sim spec: %w", err)
+		}
+		if l.h.cfg.Sims == nil {
+			return errors.New("hostd: this gmigd takes no simulated VMs")
+		}
+		vm, ok := l.h.cfg.Sims.Get(simName)
+		if !ok {
+			return fmt.Errorf("hostd: no simulated VM %q in this process", simName)
+		}
+		l.rec = &vmRec{name: l.name, kind: KindSim, vgpu: l.name, ownsVGPU: true, sim: vm}
+		l.vm = &simDest{VM: vm, Socket: l.s.socket}
+	default:
+		return fmt.Errorf("hostd: VM kind %q: want %s or %s", p.VMKind, KindQEMU, KindSim)
+	}
+	return nil
+}
+
+func (l *landing) VGPU() *vgpu.VGPU                { return l.s.v }
+func (l *landing) VM() orchestrator.DestVM         { return l.vm }
+func (l *landing) Beats() *orchestrator.Heartbeats { return l.s.beats }
+
+// Commit makes the vGPU live and the VM this host's.
+func (l *landing) Commit() {
+	l.h.mu.Lock()
+	defer l.h.mu.Unlock()
+	l.s.state = stateLive
+	l.rec.state = vmRunning
+	l.h.vms[l.name] = l.rec
+}
+
+// Discard stops the VM and destroys the vGPU.
+func (l *landing) Discard() {
+	if l.rec != nil && l.rec.q != nil {
+		l.rec.q.Kill()
+		if l.rec.console != nil {
+			l.rec.console.Close()
+		}
+	}
+	if err := l.h.Destroy(l.name); err != nil && !errors.Is(err, ErrNotFound) {
+		l.h.log.Warn().Err(err).Str("vgpu", l.name).Msg("discarding an arriving vGPU")
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/gmig-dev/gmig/guest"
 	"github.com/gmig-dev/gmig/internal/sim"
 	"github.com/gmig-dev/gmig/internal/vgpu"
+	"github.com/gmig-dev/gmig/orchestrator"
 	"github.com/gmig-dev/gmig/precopy"
 )
 
@@ -18,12 +19,12 @@ import (
 type migHost struct {
 	*Host
 	addr     string
-	incoming chan Info
+	arrivals chan orchestrator.Arrival
 }
 
-func newMigHost(t *testing.T, ctx context.Context, filler bool) *migHost {
+func newMigHost(t *testing.T, ctx context.Context, sims *sim.Registry, filler bool) *migHost {
 	t.Helper()
-	return newMigHostWith(t, ctx, filler, Config{})
+	return newMigHostWith(t, ctx, filler, Config{Sims: sims})
 }
 
 func newMigHostWith(t *testing.T, ctx context.Context, filler bool, cfg Config) *migHost {
@@ -40,10 +41,14 @@ func newMigHostWith(t *testing.T, ctx context.Context, filler bool, cfg Config) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &migHost{Host: h, addr: l.Addr().String(), incoming: make(chan Info, 1)}
+	m := &migHost{Host: h, addr: l.Addr().String(), arrivals: make(chan orchestrator.Arrival, 8)}
+	done := make(chan struct{})
+	sctx, stop := context.WithCancel(ctx)
 	go func() {
-		_ = h.ServeMigrations(ctx, l, nil, func(info Info, _ precopy.Report) { m.incoming <- info })
+		defer close(done)
+		_ = h.ServeMigrations(sctx, l, func(a orchestrator.Arrival) { m.arrivals <- a })
 	}()
+	t.Cleanup(func() { stop(); <-done })
 	return m
 }
 
@@ -70,10 +75,9 @@ func (l *heartbeatLog) recorder(host string) func(string, uint64, time.Time) {
 	}
 }
 
-// summary counts vgpu's heartbeats and the hosts that saw them, finds the
-// largest host-clock gap between consecutive values (the guest-observed
-// pause), and says whether values arrived in increasing order.
-func (l *heartbeatLog) summary(vgpu string) (n, hosts int, gap time.Duration, ordered bool) {
+// summary counts vgpu's heartbeats and the hosts that saw them, and says
+// whether values arrived in increasing order.
+func (l *heartbeatLog) summary(vgpu string) (n, hosts int, ordered bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	seen := map[string]bool{}
@@ -86,17 +90,12 @@ func (l *heartbeatLog) summary(vgpu string) (n, hosts int, gap time.Duration, or
 		}
 		n++
 		seen[b.host] = true
-		if prev != nil {
-			if b.value <= prev.value {
-				ordered = false
-			}
-			if b.value == prev.value+1 {
-				gap = max(gap, b.at.Sub(prev.at))
-			}
+		if prev != nil && b.value <= prev.value {
+			ordered = false
 		}
 		prev = b
 	}
-	return n, len(seen), gap, ordered
+	return n, len(seen), ordered
 }
 
 const (
@@ -104,82 +103,173 @@ const (
 	testSteps = 240
 )
 
-// TestMigrateBetweenHosts migrates a vGPU between two gmigd over loopback
-// TCP, back and forth, while the simulated guest runs a seeded workload;
-// each strategy is used; the guest ends with the same graphics-memory
-// digest as a run that was never migrated.
+// startSimVM starts a simulated VM on a new vGPU of h, registers it as VM
+// "vm" there and in sims, with a 1 ms heartbeat, and runs its workload.
+func startSimVM(t *testing.T, ctx context.Context, h *migHost, sims *sim.Registry, mem uint64) (vm *sim.VM, info Info, done <-chan error) {
+	t.Helper()
+	info, err := h.Create(vgpu.Config{Name: "vm", MemSize: mem})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm, err = sim.StartVM(info.Socket, testSeed, testWorkload, sim.Options{MSI: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.AddSimVM("vm", "vm", vm, nil); err != nil {
+		t.Fatal(err)
+	}
+	sims.Put("vm", vm)
+	stopBeat := vm.StartHeartbeat(time.Millisecond)
+	t.Cleanup(stopBeat)
+	ch := make(chan error, 1)
+	go func() { ch <- vm.Run(ctx, testSteps) }()
+	return vm, info, ch
+}
+
+// midWorkload lets the workload run to step and wait there (the VM runs
+// on), and returns a Progress hook that lets it run 40 steps further once
+// the vGPU's live phase starts: the migration then happens in the middle of
+// the workload, however fast the machine, and pre-copies under it.
+func midWorkload(t *testing.T, ctx context.Context, vm *sim.VM, step uint64) func(orchestrator.Progress) {
+	t.Helper()
+	select {
+	case <-vm.Pace(step):
+	case <-ctx.Done():
+		t.Fatal(ctx.Err())
+	}
+	var once sync.Once
+	return func(p orchestrator.Progress) {
+		if p.Phase == orchestrator.PhaseVGPULive {
+			once.Do(func() { vm.Pace(step + 40) })
+		}
+	}
+}
+
+// checkReport checks what every successful migration's report must hold:
+// the downtime is pause → resume, divided into consecutive terms that are
+// never negative and add up to it exactly, and the guest was seen to pause.
+func checkReport(t *testing.T, rep orchestrator.Report) {
+	t.Helper()
+	if rep.Downtime <= 0 || rep.PausedAt.IsZero() || !rep.ResumedAt.After(rep.PausedAt) {
+		t.Fatalf("downtime %v from %v to %v", rep.Downtime, rep.PausedAt, rep.ResumedAt)
+	}
+	var sum time.Duration
+	for _, term := range rep.Terms {
+		if term.D < 0 {
+			t.Errorf("term %q is negative: %v", term.Name, term.D)
+		}
+		sum += term.D
+	}
+	if sum != rep.Downtime {
+		t.Errorf("terms add up to %v, downtime %v", sum, rep.Downtime)
+	}
+	if rep.ClockSkewSuspect {
+		t.Error("one host's clock reported as skewed")
+	}
+	if !rep.GuestBeats || rep.GuestGap <= 0 {
+		t.Errorf("guest-observed downtime %v (beats %v)", rep.GuestGap, rep.GuestBeats)
+	}
+}
+
+// TestMigrateBetweenHosts migrates a simulated VM and its vGPU between two
+// gmigd over loopback TCP through the orchestrator, back and forth, while
+// its guest runs a seeded workload; each strategy is used; every report
+// holds pause → resume with its terms; the guest ends with the digest of a
+// run that was never migrated.
 func TestMigrateBetweenHosts(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var beats heartbeatLog
+	sims := &sim.Registry{}
 	hosts := []*migHost{
-		newMigHostWith(t, ctx, true, Config{OnHeartbeat: beats.recorder("a")}),
-		newMigHostWith(t, ctx, false, Config{OnHeartbeat: beats.recorder("b")}),
+		newMigHostWith(t, ctx, true, Config{Sims: sims, OnHeartbeat: beats.recorder("a")}),
+		newMigHostWith(t, ctx, false, Config{Sims: sims, OnHeartbeat: beats.recorder("b")}),
 	}
-
-	info, err := hosts[0].Create(vgpu.Config{Name: "g", MemSize: 8 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	vm, err := sim.StartVM(info.Socket, testSeed, testWorkload, sim.Options{MSI: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopBeat := vm.StartHeartbeat(time.Millisecond)
-	done := make(chan error, 1)
-	go func() { done <- vm.Run(ctx, testSteps) }()
+	vm, info, done := startSimVM(t, ctx, hosts[0], sims, 8<<20)
+	defer vm.Close()
 
 	offsets := map[uint64]bool{info.PoolOffset: true}
 	strategies := []precopy.Strategy{precopy.OneShot, precopy.Iterative, precopy.StopCopy, precopy.OneShot}
 	for i, st := range strategies {
 		from, to := hosts[i%2], hosts[(i+1)%2]
-		rep, err := from.Migrate(ctx, "g", to.addr, MigrateOptions{
+		var phases []string
+		release := midWorkload(t, ctx, vm, uint64(40*(i+1)))
+		rep, err := from.MigrateVM(ctx, "vm", to.addr, MigrateOptions{
 			Precopy: precopy.Options{Strategy: st},
-			Pause:   vm.Pause,
-			Resume:  vm.Resume,
+			Progress: func(p orchestrator.Progress) {
+				release(p)
+				if len(phases) == 0 || phases[len(phases)-1] != p.Phase {
+					phases = append(phases, p.Phase)
+				}
+			},
 		})
 		if err != nil {
 			t.Fatalf("migration %d (%s): %v", i, st, err)
 		}
-		arrived := <-to.incoming
-		offsets[arrived.PoolOffset] = true
-		if _, err := from.Get("g"); !errors.Is(err, ErrNotFound) {
+		if a := <-to.arrivals; a.Err != nil {
+			t.Fatalf("migration %d: the destination says %v", i, a.Err)
+		}
+		checkReport(t, rep)
+		if _, err := from.GetVM("vm"); !errors.Is(err, ErrNoVM) {
+			t.Fatalf("migration %d: the source still has the VM (%v)", i, err)
+		}
+		if _, err := from.Get("vm"); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("migration %d: the source still has the vGPU (%v)", i, err)
 		}
-		if err := vm.Move(arrived.Socket); err != nil {
-			t.Fatal(err)
+		arrived, err := to.Get("vm")
+		if err != nil || arrived.State != stateLive {
+			t.Fatalf("migration %d: the destination's vGPU: %+v, %v", i, arrived, err)
 		}
-		v, err := to.VGPU("g")
-		if err != nil {
-			t.Fatal(err)
+		if vi, err := to.GetVM("vm"); err != nil || vi.State != vmRunning {
+			t.Fatalf("migration %d: the destination's VM: %+v, %v", i, vi, err)
 		}
-		v.Resume()
-		vm.Resume()
-		t.Logf("migration %d (%s): stop %.2f ms, %d dirty pages, pool offset %#x", i, st,
-			float64(rep.Stop.Total)/float64(time.Millisecond), rep.Stop.DirtyPages, arrived.PoolOffset)
+		if want := []string{orchestrator.PhasePrepare, orchestrator.PhaseVGPULive, orchestrator.PhaseVMMLive,
+			orchestrator.PhaseStop, orchestrator.PhaseSwitchover, orchestrator.PhaseCommit}; !hasPrefix(phases, want) {
+			t.Errorf("migration %d: phases %v, want %v first", i, phases, want)
+		}
+		offsets[arrived.PoolOffset] = true
+		t.Logf("migration %d (%s): downtime %.2f ms (guest saw %.2f ms), %d dirty pages, pool offset %#x", i, st,
+			ms(rep.Downtime), ms(rep.GuestGap), rep.Precopy.Stop.DirtyPages, arrived.PoolOffset)
 	}
+	vm.Pace(0)
 	if err := <-done; err != nil {
 		t.Fatalf("workload: %v", err)
 	}
-	stopBeat()
 	got, err := vm.Digest()
 	if err != nil {
 		t.Fatal(err)
 	}
-	vm.Close()
 	// The guest's heartbeat went on across the moves, seen by both hosts'
 	// clocks, in order.
-	n, hostsSeen, gap, ordered := beats.summary("g")
-	if n == 0 || hostsSeen != 2 || !ordered {
+	if n, hostsSeen, ordered := beats.summary("vm"); n == 0 || hostsSeen != 2 || !ordered {
 		t.Fatalf("heartbeats: %d seen, from %d hosts, in order %v", n, hostsSeen, ordered)
 	}
-	t.Logf("%d heartbeats; largest gap (guest-observed pause, host clock) %s", n, gap.Round(time.Microsecond))
 	if len(offsets) < 2 {
 		t.Fatalf("the vGPU never changed pool offset: %v", offsets)
 	}
+	if want := reference(t, ctx, hosts[1]); got != want {
+		t.Fatalf("digest after 4 migrations %x, never migrated %x", got, want)
+	}
+}
 
-	// Reference: the same seed on a vGPU that never moves.
-	ref, err := hosts[1].Create(vgpu.Config{Name: "ref", MemSize: 8 << 20})
+func hasPrefix(got, want []string) bool {
+	if len(got) < len(want) {
+		return false
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// reference runs the test workload on a vGPU of h that never moves.
+func reference(t *testing.T, ctx context.Context, h *migHost) [32]byte {
+	t.Helper()
+	ref, err := h.Create(vgpu.Config{Name: "ref", MemSize: 8 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,29 +285,20 @@ func TestMigrateBetweenHosts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got != want {
-		t.Fatalf("digest after 4 migrations %x, never migrated %x", got, want)
-	}
+	return want
 }
 
-// TestMigrateFailureKeepsSource: a peer that is not there, and one that
-// hangs up mid-stream, leave the vGPU running on its host with the guest
-// going on; a later migration still works.
+// TestMigrateFailureKeepsSource: a peer that is not there, one that hangs
+// up, and a destination that refuses (a VM of that name exists there)
+// leave the VM and its vGPU running on the source with the guest going on
+// and nothing at the destination; a later migration still works.
 func TestMigrateFailureKeepsSource(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	src := newMigHost(t, ctx, false)
-	info, err := src.Create(vgpu.Config{Name: "g", MemSize: 4 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	vm, err := sim.StartVM(info.Socket, testSeed, testWorkload, sim.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sims := &sim.Registry{}
+	src := newMigHost(t, ctx, sims, false)
+	vm, _, done := startSimVM(t, ctx, src, sims, 4<<20)
 	defer vm.Close()
-	done := make(chan error, 1)
-	go func() { done <- vm.Run(ctx, testSteps) }()
 
 	// Nobody listens on a closed listener's port.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -226,10 +307,6 @@ func TestMigrateFailureKeepsSource(t *testing.T) {
 	}
 	gone := l.Addr().String()
 	l.Close()
-	opts := MigrateOptions{Pause: vm.Pause, Resume: vm.Resume}
-	if _, err := src.Migrate(ctx, "g", gone, opts); err == nil {
-		t.Fatal("migrating to nobody succeeded")
-	}
 	// A peer that accepts, reads a little and hangs up.
 	hang, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -237,53 +314,48 @@ func TestMigrateFailureKeepsSource(t *testing.T) {
 	}
 	defer hang.Close()
 	go func() {
-		c, err := hang.Accept()
-		if err == nil {
+		for {
+			c, err := hang.Accept()
+			if err != nil {
+				return
+			}
 			buf := make([]byte, 64<<10)
 			_, _ = c.Read(buf)
 			c.Close()
 		}
 	}()
-	if _, err := src.Migrate(ctx, "g", hang.Addr().String(), opts); err == nil {
-		t.Fatal("migrating to a peer that hung up succeeded")
+	// A destination where the name is taken: it refuses at Prepare.
+	taken := newMigHost(t, ctx, sims, false)
+	if _, err := taken.Create(vgpu.Config{Name: "vm", MemSize: 1 << 20}); err != nil {
+		t.Fatal(err)
 	}
-	if _, err := src.Get("g"); err != nil {
-		t.Fatalf("the vGPU is gone after failed migrations: %v", err)
+	for _, peer := range []string{gone, hang.Addr().String(), taken.addr} {
+		_, err := src.MigrateVM(ctx, "vm", peer, MigrateOptions{})
+		if !errors.Is(err, orchestrator.ErrRolledBack) {
+			t.Fatalf("migrating to %s: %v, want a roll-back", peer, err)
+		}
+		if vi, err := src.GetVM("vm"); err != nil || vi.State != vmRunning {
+			t.Fatalf("after a failed migration to %s the VM is %+v (%v)", peer, vi, err)
+		}
+		if gi, err := src.Get("vm"); err != nil || gi.State != stateLive {
+			t.Fatalf("after a failed migration to %s the vGPU is %+v (%v)", peer, gi, err)
+		}
+	}
+	if got := len(taken.Pool().Partitions()); got != 1 {
+		t.Fatalf("the refusing host kept %d partitions, want its own 1", got)
 	}
 	// The guest goes on and the device still works: a real migration now.
-	dst := newMigHost(t, ctx, true)
-	if _, err := src.Migrate(ctx, "g", dst.addr, opts); err != nil {
-		t.Fatal(err)
-	}
-	arrived := <-dst.incoming
-	if err := vm.Move(arrived.Socket); err != nil {
-		t.Fatal(err)
-	}
-	v, err := dst.VGPU("g")
+	dst := newMigHost(t, ctx, sims, true)
+	rep, err := src.MigrateVM(ctx, "vm", dst.addr, MigrateOptions{Progress: midWorkload(t, ctx, vm, 120)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	v.Resume()
-	vm.Resume()
+	checkReport(t, rep)
+	vm.Pace(0)
 	if err := <-done; err != nil {
 		t.Fatalf("workload: %v", err)
 	}
-	// A destination that already has a vGPU of that name refuses before its
-	// verdict, so the source keeps the vGPU and the guest goes on.
-	back := newMigHost(t, ctx, false)
-	if _, err := back.Create(vgpu.Config{Name: "g", MemSize: 1 << 20}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := dst.Migrate(ctx, "g", back.addr, opts); err == nil || !errors.Is(err, precopy.ErrRefused) {
-		t.Fatalf("migrating onto a name in use: %v, want a refusal", err)
-	}
-	if _, err := dst.Get("g"); err != nil {
-		t.Fatalf("the refused vGPU left its host: %v", err)
-	}
-	if got := len(back.Pool().Partitions()); got != 1 {
-		t.Fatalf("the refusing host kept %d partitions, want its own 1", got)
-	}
-	if _, err := src.Migrate(ctx, "nope", dst.addr, opts); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("migrating an unknown vGPU: %v", err)
+	if _, err := src.MigrateVM(ctx, "nope", dst.addr, MigrateOptions{}); !errors.Is(err, ErrNoVM) {
+		t.Fatalf("migrating an unknown VM: %v", err)
 	}
 }

@@ -107,5 +107,6 @@ func (s *Source) sendLive(ctx context.Context, pages []int) error {
 		return err
 	}
 	_, err = s.w.WriteCopies(idx, s.copies[:len(pages)*dirty.PageSize], s.hashes)
+	s.noteSent()
 	return err
 }

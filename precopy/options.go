@@ -1,6 +1,7 @@
 package precopy
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 
@@ -27,6 +28,9 @@ const (
 // Strategies lists every strategy, in the order reports show them.
 var Strategies = []Strategy{OneShot, Iterative, StopCopy}
 
+// ErrStrategy reports an unknown strategy name.
+var ErrStrategy = errors.New("precopy: unknown strategy (want oneshot, iterative or stopcopy)")
+
 // ParseStrategy returns the strategy named s ("" is OneShot).
 func ParseStrategy(s string) (Strategy, error) {
 	switch Strategy(s) {
@@ -35,7 +39,7 @@ func ParseStrategy(s string) (Strategy, error) {
 	case OneShot, Iterative, StopCopy:
 		return Strategy(s), nil
 	}
-	return "", fmt.Errorf("precopy: unknown strategy %q (want oneshot, iterative or stopcopy)", s)
+	return "", fmt.Errorf("%w: %q", ErrStrategy, s)
 }
 
 // Defaults for Options fields left zero.

@@ -56,6 +56,8 @@ type Source struct {
 	verdict chan verdictResult    // the verdict reader's one result
 	peerErr atomic.Pointer[error] // set by the verdict reader on a refusal or a read error
 
+	sentPages, sentBytes atomic.Uint64 // page records and stream bytes written so far (Sent)
+
 	mu        sync.Mutex // guards the fields below
 	state     srcState
 	precopied bool
@@ -142,6 +144,21 @@ func (s *Source) readVerdict() {
 		interruptWrites(s.conn)
 	}
 	s.verdict <- verdictResult{m, err}
+}
+
+// Sent reports what the Source has written so far: page records (zero
+// pages included) and stream bytes. It may be called from any goroutine,
+// while Precopy or Stop runs, to show progress.
+func (s *Source) Sent() (pages, bytes uint64) { return s.sentPages.Load(), s.sentBytes.Load() }
+
+// Pages is the number of pages of the vGPU's memory.
+func (s *Source) Pages() int { return s.tr.Pages() }
+
+// noteSent publishes the writer's running totals for Sent.
+func (s *Source) noteSent() {
+	st := s.w.Stats()
+	s.sentPages.Store(st.Pages)
+	s.sentBytes.Store(st.Bytes)
 }
 
 // enter moves from srcLive into an operation named op, or says why not.

@@ -138,7 +138,9 @@ func (s *Source) finalScan(ctx context.Context, rep *Report) ([]uint32, error) {
 // memory is frozen (VM paused, engine quiesced), so pages go straight from
 // it, each copied once into the batch it travels in and hashed there.
 func (s *Source) sendStopped(pages []uint32, rep *Report) error {
-	if _, err := s.w.WritePages(pages, s.mem, nil); err != nil {
+	_, err := s.w.WritePages(pages, s.mem, nil)
+	s.noteSent()
+	if err != nil {
 		return err
 	}
 	m, err := s.v.SaveMigrated()

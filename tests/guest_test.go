@@ -75,9 +75,12 @@ func TestGuestOnQEMU(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	vm, err := qemu.Start(ctx, qemu.Config{
-		Root: e.root, Kernel: e.kernel, Initrd: e.initrd,
-		Append:   "console=ttyS0 panic=-1 quiet gmig.steps=300 gmig.seed=7",
-		MemoryMB: 512, CPUs: 2, VfioUser: info.Socket, RunDir: runDir, Serial: con, Accel: e.accel,
+		Spec: qemu.Spec{
+			Kernel: e.kernel, Initrd: e.initrd,
+			Append:   "console=ttyS0 panic=-1 quiet gmig.steps=300 gmig.seed=7",
+			MemoryMB: 512, CPUs: 2, Accel: e.accel,
+		},
+		Root: e.root, VfioUser: info.Socket, RunDir: runDir, Serial: con,
 	})
 	if err != nil {
 		t.Fatal(err)

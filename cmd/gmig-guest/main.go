@@ -33,6 +33,8 @@ import (
 type options struct {
 	suite     bool
 	steps     int
+	check     bool
+	progress  int
 	seed      int64
 	heartbeat time.Duration
 	irq       bool
@@ -45,6 +47,8 @@ func parseFlags(args []string) (options, error) {
 	fs := flag.NewFlagSet("gmig-guest", flag.ContinueOnError)
 	fs.BoolVar(&o.suite, "suite", true, "run the correctness suite")
 	fs.IntVar(&o.steps, "steps", 0, "workload steps to run (0: no workload)")
+	fs.BoolVar(&o.check, "check", false, "check every DMA read and the graphics pages each workload step changed against a reference model, and the whole region at the end")
+	fs.IntVar(&o.progress, "progress", 0, "report the workload's progress every N steps (0: never)")
 	fs.Int64Var(&o.seed, "seed", 1, "workload seed")
 	fs.DurationVar(&o.heartbeat, "heartbeat", time.Millisecond, "HEARTBEAT write period during the workload (0: none)")
 	fs.BoolVar(&o.irq, "irq", true, "also run with interrupts (binds uio_pci_generic)")

@@ -80,11 +80,24 @@ func workload(ctx context.Context, bus guest.Bus, o options) bool {
 		report("workload: opening the device: %v", err)
 		return false
 	}
-	w, err := guest.NewWorkload(o.seed, guest.WorkloadConfig{})
+	w, err := guest.NewWorkload(o.seed, guest.WorkloadConfig{Check: o.check, CheckTouched: o.check})
 	if err != nil {
 		report("workload: %v", err)
 		return false
 	}
+	if o.progress > 0 {
+		// A line every o.progress steps, at the step's first operation:
+		// hosts use them to act in the middle of the workload.
+		var last uint64
+		w.SetGate(func(context.Context) error {
+			if n := w.Steps(); n != last && n%uint64(o.progress) == 0 {
+				last = n
+				report("workload step %d", n)
+			}
+			return nil
+		})
+	}
+	report("workload started seed=%d steps=%d check=%v", o.seed, o.steps, o.check)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	if o.heartbeat > 0 {

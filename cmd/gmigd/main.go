@@ -1,9 +1,11 @@
 // Command gmigd is the gmig host daemon and its operator CLI.
 //
-//	gmigd serve  [flags]            run the daemon: a pool, vGPUs, vfio-user sockets, control API
-//	gmigd vgpu   create|list|show|rm   manage vGPUs of a running daemon
+//	gmigd serve   [flags]            run the daemon: a pool, vGPUs, vfio-user sockets, control API, migrations
+//	gmigd vgpu    create|list|show|rm   manage vGPUs of a running daemon
+//	gmigd vm      start|adopt|list|show|stop   manage VMs of a running daemon
+//	gmigd migrate VM --to HOST:PORT  live-migrate a VM and its vGPU to another gmigd
 //	gmigd guest  [flags]            the built-in guest simulator against a vGPU socket
-//	gmigd demo   [flags]            everything in one process: a host, a vGPU, the simulator, a report
+//	gmigd demo   [flags]            two gmigd and a Linux VM under QEMU: a live migration and its report (-sim: in-process)
 //	gmigd bench  [flags]            the migration strategies compared on one seeded workload
 //
 // See docs/operator-guide.md.
@@ -17,10 +19,12 @@ import (
 const usage = `usage: gmigd <command> [flags]
 
 commands:
-  serve    run the daemon (pool, vGPUs, vfio-user sockets, control API)
+  serve    run the daemon (pool, vGPUs, vfio-user sockets, control API, migrations)
   vgpu     create, list, show or remove vGPUs of a running daemon
+  vm       start, adopt, list, show or stop VMs of a running daemon
+  migrate  live-migrate a VM and its vGPU to another gmigd
   guest    run the built-in guest simulator against a vGPU's vfio-user socket
-  demo     one host, one vGPU and the simulator in one process, with a report
+  demo     two gmigd and a Linux VM under QEMU: a live migration and its downtime report (-sim: in-process)
   bench    compare the migration strategies on one seeded workload (downtime in ms)
 
 Run 'gmigd <command> -h' for a command's flags.
@@ -32,11 +36,13 @@ func main() {
 		os.Exit(2)
 	}
 	cmds := map[string]func([]string) error{
-		"serve": cmdServe,
-		"vgpu":  cmdVGPU,
-		"guest": cmdGuest,
-		"demo":  cmdDemo,
-		"bench": cmdBench,
+		"serve":   cmdServe,
+		"vgpu":    cmdVGPU,
+		"vm":      cmdVM,
+		"migrate": cmdMigrate,
+		"guest":   cmdGuest,
+		"demo":    cmdDemo,
+		"bench":   cmdBench,
 	}
 	name, args := os.Args[1], os.Args[2:]
 	if name == "-h" || name == "--help" || name == "help" {

@@ -5,12 +5,16 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
 	"os/signal"
 	"path/filepath"
 	"strings"
 	"syscall"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/gmig-dev/gmig/hostd"
+	"github.com/gmig-dev/gmig/hostd/qemu"
 	"github.com/gmig-dev/gmig/internal/vgpu"
 )
 
@@ -33,12 +37,19 @@ func (s *vgpuSpecs) Set(v string) error {
 	return nil
 }
 
+// MigrateAddrFile is the file in the run directory where serve writes the
+// address its migration listener got (useful with port 0).
+const MigrateAddrFile = "migrate.addr"
+
 func cmdServe(args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	poolSize := byteSize(hostd.DefaultPoolSize)
 	fs.Var(&poolSize, "pool", "graphics memory shared by all vGPUs (e.g. 1G)")
-	runDir := fs.String("run-dir", hostd.DefaultRunDir, "directory for the control socket and the vGPUs' vfio-user sockets")
+	runDir := fs.String("run-dir", hostd.DefaultRunDir, "directory for the control socket, the vGPUs' vfio-user sockets and the VMs' files")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	migrateListen := fs.String("migrate-listen", "", "accept incoming migrations on this address (host:port; port 0 picks one, written to RUN-DIR/"+MigrateAddrFile+")")
+	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics at http://ADDR/metrics (off unless set)")
+	qemuRoot := fs.String("qemu-root", defaultQEMURoot(), "the QEMU 11.1 root VMs run from (make provision)")
 	var specs vgpuSpecs
 	fs.Var(&specs, "vgpu", "create a vGPU at start-up: NAME[:MEMSIZE] (repeatable; default size 64M)")
 	if err := fs.Parse(args); err != nil {
@@ -48,7 +59,7 @@ func cmdServe(args []string) error {
 	if err != nil {
 		return err
 	}
-	h, err := hostd.New(hostd.Config{PoolSize: uint64(poolSize), RunDir: *runDir, Log: log})
+	h, err := hostd.New(hostd.Config{PoolSize: uint64(poolSize), RunDir: *runDir, Log: log, QEMURoot: qemu.Root(*qemuRoot)})
 	if err != nil {
 		return err
 	}
@@ -64,10 +75,41 @@ func cmdServe(args []string) error {
 	if err != nil {
 		return err
 	}
-	err = h.ServeAPI(ctx, l)
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return h.ServeAPI(ctx, l) })
+	if *migrateListen != "" {
+		ml, err := h.ListenMigrations(*migrateListen)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(*runDir, MigrateAddrFile), []byte(ml.Addr().String()+"\n"), 0o644); err != nil {
+			return fmt.Errorf("writing the migration address: %w", err)
+		}
+		g.Go(func() error { return h.ServeMigrations(ctx, ml, nil) })
+	}
+	if *metricsAddr != "" {
+		g.Go(func() error { return h.ServeMetrics(ctx, *metricsAddr) })
+	}
+	err = g.Wait()
 	if errors.Is(err, context.Canceled) {
 		err = nil
 	}
 	log.Info().Msg("shutting down")
 	return err
+}
+
+// defaultQEMURoot is the provisioned root: $GMIG_CACHE/qemu-root, or
+// .cache/qemu-root beside the binary's bin/ directory (make provision), or
+// under the working directory.
+func defaultQEMURoot() string {
+	if c := os.Getenv("GMIG_CACHE"); c != "" {
+		return filepath.Join(c, "qemu-root")
+	}
+	if exe, err := os.Executable(); err == nil {
+		root := filepath.Join(filepath.Dir(filepath.Dir(exe)), ".cache", "qemu-root")
+		if _, err := os.Stat(root); err == nil {
+			return root
+		}
+	}
+	return filepath.Join(".cache", "qemu-root")
 }

@@ -14,7 +14,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/digitalocean/go-qemu/qmp"
@@ -75,28 +77,97 @@ func (r Root) Version(ctx context.Context) (string, error) {
 	return line, nil
 }
 
-// Config describes one VM.
+// Spec is the part of a VM's QEMU configuration that is the same on every
+// host: what a migration's destination starts its QEMU with. Each host adds
+// its own parts (Config): the vGPU's vfio-user socket, the QMP socket, the
+// serial console and, on a destination, -incoming.
+type Spec struct {
+	// Machine is the machine type: "pc" (the default; i440FX with the
+	// PIIX3 chipset) or "q35" (ICH9), or a versioned name of either
+	// ("pc-i440fx-11.1", "pc-q35-11.1"). gmigd restores the vGPU's
+	// interrupt routing through these chipsets after a migration; others
+	// are refused (ErrMachine).
+	Machine  string `json:"machine,omitempty"`
+	MemoryMB int    `json:"memory_mb,omitempty"` // guest RAM; default 512
+	CPUs     int    `json:"cpus,omitempty"`      // default 1
+	// Accel is "kvm" or "tcg"; "" picks DefaultAccel() where the VM first
+	// starts, and Resolve records the choice so a destination runs the
+	// same accelerator and CPU model.
+	Accel  string `json:"accel,omitempty"`
+	Kernel string `json:"kernel,omitempty"` // bzImage or vmlinux for direct boot
+	Initrd string `json:"initrd,omitempty"`
+	Append string `json:"append,omitempty"` // kernel command line
+	// Extra arguments appended as they are (disks, network). A memory
+	// backend among them that is not a shared memfd is refused.
+	Extra []string `json:"extra,omitempty"`
+	// Argv is, for a VM gmigd adopted, the command line QEMU was started
+	// with, less what each host sets (Adopt); the fields above are then
+	// unused.
+	Argv []string `json:"argv,omitempty"`
+}
+
+// Config describes one VM on this host.
 type Config struct {
-	Root     Root
-	Kernel   string // bzImage for direct boot
-	Initrd   string
-	Append   string // kernel command line
-	MemoryMB int    // guest RAM; default 512
-	CPUs     int    // default 1
+	Spec
+	Root Root
 	// VfioUser is the vGPU's vfio-user socket; empty means no vGPU.
 	VfioUser string
-	// RunDir holds the QMP socket; required.
+	// RunDir holds the QMP socket (RunDir/qmp.sock); required.
 	RunDir string
 	// Serial receives the guest's serial console.
 	Serial io.Writer
-	// Incoming, if set, starts the VM waiting for a migration stream there
-	// (e.g. "tcp:127.0.0.1:4444"), paused until `cont`.
-	Incoming string
-	// Accel is "kvm", "tcg" or "" for DefaultAccel().
-	Accel string
-	// Extra arguments appended as they are. A memory backend among them
-	// that is not a shared memfd is refused.
-	Extra []string
+	// Incoming starts the VM waiting for a migration (-incoming defer),
+	// paused until `cont`; Incoming.Listen sets where it listens.
+	Incoming bool
+}
+
+// Errors about a VM's configuration.
+var (
+	ErrMachine = errors.New("qemu: machine type must be pc or q35 (gmigd restores interrupt routing through their chipsets)")
+)
+
+// Chipset is the interrupt router a machine type has.
+type Chipset int
+
+// Chipsets gmigd knows how to re-route INTx through after a migration.
+const (
+	PIIX3 Chipset = iota + 1 // pc (i440FX)
+	ICH9                     // q35
+)
+
+// ChipsetOf returns the chipset of machine type m ("" is "pc").
+func ChipsetOf(m string) (Chipset, error) {
+	switch {
+	case m == "" || m == "pc" || strings.HasPrefix(m, "pc-i440fx-"):
+		return PIIX3, nil
+	case m == "q35" || strings.HasPrefix(m, "pc-q35-"):
+		return ICH9, nil
+	}
+	return 0, fmt.Errorf("%w: %q", ErrMachine, m)
+}
+
+// Resolve fills in the defaults a destination must not choose on its own:
+// the machine type, memory, CPUs and the accelerator.
+func (s Spec) Resolve() (Spec, error) {
+	if len(s.Argv) > 0 {
+		return s, nil
+	}
+	if s.Machine == "" {
+		s.Machine = "pc"
+	}
+	if _, err := ChipsetOf(s.Machine); err != nil {
+		return s, err
+	}
+	if s.MemoryMB == 0 {
+		s.MemoryMB = 512
+	}
+	if s.CPUs == 0 {
+		s.CPUs = 1
+	}
+	if s.Accel == "" {
+		s.Accel, _ = DefaultAccel()
+	}
+	return s, nil
 }
 
 // DefaultAccel picks KVM when the CPU has hardware virtualization (vmx or
@@ -126,59 +197,76 @@ func DefaultAccel() (accel, why string) {
 	return "tcg", "/dev/kvm exists but the CPU has no vmx/svm: a paravirtual KVM that cannot run an unmodified Linux guest"
 }
 
-// Args returns QEMU's command line for c (without the loader prefix).
+// Args returns QEMU's command line for c (without the loader prefix): the
+// spec's portable part, then this host's.
 func (c Config) Args() ([]string, error) {
-	if c.MemoryMB == 0 {
-		c.MemoryMB = 512
-	}
-	if c.CPUs == 0 {
-		c.CPUs = 1
-	}
-	if err := checkMemoryArgs(c.Extra); err != nil {
+	args, err := c.Spec.args()
+	if err != nil {
 		return nil, err
 	}
-	if c.Accel == "" {
-		c.Accel, _ = DefaultAccel()
-	}
-	cpu := "host"
-	switch c.Accel {
-	case "kvm":
-	case "tcg":
-		cpu = "max"
-	default:
-		return nil, fmt.Errorf("qemu: accelerator %q: want kvm or tcg", c.Accel)
-	}
-	args := []string{
-		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
-		"-accel", c.Accel, "-cpu", cpu, "-smp", fmt.Sprint(c.CPUs),
-		"-m", fmt.Sprintf("%dM", c.MemoryMB),
-		// Guest RAM as a shared memfd: only then does QEMU pass gmigd fds
-		// it can map (notes/qemu-vfio-user.md).
-		"-object", fmt.Sprintf("memory-backend-memfd,id=mem,size=%dM,share=on", c.MemoryMB),
-		"-machine", "pc,memory-backend=mem",
+	args = append(args,
 		"-serial", "stdio",
-		"-qmp", "unix:" + filepath.Join(c.RunDir, "qmp.sock") + ",server=on,wait=off",
-	}
-	if c.Kernel != "" {
-		args = append(args, "-kernel", c.Kernel)
-	}
-	if c.Initrd != "" {
-		args = append(args, "-initrd", c.Initrd)
-	}
-	if c.Append != "" {
-		args = append(args, "-append", c.Append)
-	}
+		"-qmp", "unix:"+filepath.Join(c.RunDir, "qmp.sock")+",server=on,wait=off",
+	)
 	if c.VfioUser != "" {
 		dev, _ := json.Marshal(map[string]any{
-			"driver": "vfio-user-pci", "id": "gpu0",
+			"driver": "vfio-user-pci", "id": DeviceID,
 			"socket": map[string]string{"path": c.VfioUser, "type": "unix"},
 		})
 		args = append(args, "-device", string(dev))
 	}
-	if c.Incoming != "" {
-		args = append(args, "-S", "-incoming", c.Incoming)
+	if c.Incoming {
+		args = append(args, "-S", "-incoming", "defer")
 	}
-	return append(args, c.Extra...), nil
+	return args, nil
+}
+
+// DeviceID is the QEMU device id gmigd gives the vGPU's vfio-user-pci
+// front end.
+const DeviceID = "gpu0"
+
+// args is the portable part of the command line.
+func (s Spec) args() ([]string, error) {
+	if len(s.Argv) > 0 {
+		if err := checkMemoryArgs(s.Argv); err != nil {
+			return nil, err
+		}
+		return slices.Clone(s.Argv), nil
+	}
+	s, err := s.Resolve()
+	if err != nil {
+		return nil, err
+	}
+	if err := checkMemoryArgs(s.Extra); err != nil {
+		return nil, err
+	}
+	cpu := "host"
+	switch s.Accel {
+	case "kvm":
+	case "tcg":
+		cpu = "max"
+	default:
+		return nil, fmt.Errorf("qemu: accelerator %q: want kvm or tcg", s.Accel)
+	}
+	args := []string{
+		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
+		"-accel", s.Accel, "-cpu", cpu, "-smp", fmt.Sprint(s.CPUs),
+		"-m", fmt.Sprintf("%dM", s.MemoryMB),
+		// Guest RAM as a shared memfd: only then does QEMU pass gmigd fds
+		// it can map (docs/testing.md, "QEMU and vfio-user").
+		"-object", fmt.Sprintf("memory-backend-memfd,id=mem,size=%dM,share=on", s.MemoryMB),
+		"-machine", s.Machine + ",memory-backend=mem",
+	}
+	if s.Kernel != "" {
+		args = append(args, "-kernel", s.Kernel)
+	}
+	if s.Initrd != "" {
+		args = append(args, "-initrd", s.Initrd)
+	}
+	if s.Append != "" {
+		args = append(args, "-append", s.Append)
+	}
+	return append(args, s.Extra...), nil
 }
 
 // checkMemoryArgs refuses extra arguments that would give the guest RAM gmigd
@@ -196,18 +284,29 @@ func checkMemoryArgs(extra []string) error {
 	return nil
 }
 
-// VM is a running QEMU.
+// VM is a running QEMU: one this package started (Start) or one started by
+// someone else and adopted by its QMP socket (Adopt).
 type VM struct {
-	cmd  *exec.Cmd
-	qmp  *qmp.SocketMonitor
-	done chan struct{}
-	err  error
+	cfg    Config
+	cmd    *exec.Cmd // nil when adopted
+	pid    int
+	qmp    *qmp.SocketMonitor
+	events *events
+	done   chan struct{}
+	err    error
 }
 
 // Start launches the VM and connects QMP.
 func Start(ctx context.Context, c Config) (*VM, error) {
 	if err := c.Root.Check(); err != nil {
 		return nil, err
+	}
+	if c.Spec.Argv == nil {
+		spec, err := c.Spec.Resolve()
+		if err != nil {
+			return nil, err
+		}
+		c.Spec = spec
 	}
 	if c.Accel == "kvm" {
 		if err := CheckKVM(); err != nil {
@@ -222,6 +321,10 @@ func Start(ctx context.Context, c Config) (*VM, error) {
 		return nil, err
 	}
 	cmd := c.Root.Command(context.Background(), args...)
+	// QEMU dies with the gmigd that started it: its vGPU lives in gmigd,
+	// and a VM left without it must not run on (nor count as a live copy
+	// after a failed migration).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cmd.Stdout, cmd.Stderr = c.Serial, c.Serial
 	if cmd.Stdout == nil {
 		cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
@@ -229,7 +332,7 @@ func Start(ctx context.Context, c Config) (*VM, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("qemu: starting: %w", err)
 	}
-	vm := &VM{cmd: cmd, done: make(chan struct{})}
+	vm := &VM{cfg: c, cmd: cmd, pid: cmd.Process.Pid, events: newEvents(), done: make(chan struct{})}
 	go func() {
 		vm.err = cmd.Wait()
 		close(vm.done)
@@ -253,6 +356,8 @@ func (vm *VM) connectQMP(ctx context.Context, path string) error {
 			if err == nil {
 				if err = mon.Connect(); err == nil {
 					vm.qmp = mon
+					ch, _ := mon.Events(context.Background())
+					go vm.events.pump(ch)
 					return nil
 				}
 			}
@@ -304,6 +409,25 @@ func (vm *VM) Status() (string, error) {
 	return st.Status, nil
 }
 
+// Config is the configuration the VM runs with (the spec resolved).
+func (vm *VM) Config() Config { return vm.cfg }
+
+// PID is QEMU's process id.
+func (vm *VM) PID() int { return vm.pid }
+
+// HMP runs a human monitor command line and returns its output.
+func (vm *VM) HMP(line string) (string, error) {
+	raw, err := vm.QMP("human-monitor-command", map[string]string{"command-line": line})
+	if err != nil {
+		return "", err
+	}
+	var out string
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return "", fmt.Errorf("qemu: HMP %q: %w", line, err)
+	}
+	return out, nil
+}
+
 // Done is closed when QEMU has exited.
 func (vm *VM) Done() <-chan struct{} { return vm.done }
 
@@ -332,7 +456,11 @@ func (vm *VM) Quit(timeout time.Duration) error {
 
 // Kill ends QEMU at once and waits for it.
 func (vm *VM) Kill() {
-	_ = vm.cmd.Process.Kill()
+	if vm.cmd != nil {
+		_ = vm.cmd.Process.Kill()
+	} else {
+		_ = syscall.Kill(vm.pid, syscall.SIGKILL)
+	}
 	<-vm.done
 	vm.closeQMP()
 }

@@ -7,7 +7,7 @@ import (
 )
 
 func TestArgsSharedMemfdAndDevice(t *testing.T) {
-	args, err := Config{RunDir: "/r", VfioUser: "/r/gpu0.sock", Kernel: "/k", Append: "console=ttyS0", Incoming: "tcp:127.0.0.1:1"}.Args()
+	args, err := Config{Spec: Spec{Kernel: "/k", Append: "console=ttyS0", Accel: "tcg"}, RunDir: "/r", VfioUser: "/r/gpu0.sock", Incoming: true}.Args()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -16,7 +16,8 @@ func TestArgsSharedMemfdAndDevice(t *testing.T) {
 		"memory-backend-memfd,id=mem,size=512M,share=on",
 		"memory-backend=mem",
 		`{"driver":"vfio-user-pci","id":"gpu0","socket":{"path":"/r/gpu0.sock","type":"unix"}}`,
-		"-S -incoming tcp:127.0.0.1:1",
+		"-S -incoming defer",
+		"-machine pc,memory-backend=mem",
 		"unix:/r/qmp.sock,server=on,wait=off",
 		"-kernel /k",
 	} {
@@ -32,11 +33,11 @@ func TestArgsRefuseUnsharedMemory(t *testing.T) {
 		{"-object", "memory-backend-ram,id=m2,size=1G"},
 		{"-object", "memory-backend-file,id=m2,size=1G,mem-path=/dev/shm/x"},
 	} {
-		if _, err := (Config{RunDir: "/r", Extra: extra}).Args(); !errors.Is(err, ErrSharedMemory) {
+		if _, err := (Config{Spec: Spec{Extra: extra, Accel: "tcg"}, RunDir: "/r"}).Args(); !errors.Is(err, ErrSharedMemory) {
 			t.Errorf("extra %q: err = %v, want ErrSharedMemory", extra, err)
 		}
 	}
-	if _, err := (Config{RunDir: "/r", Extra: []string{"-object", "memory-backend-memfd,id=m2,size=1G,share=on"}}).Args(); err != nil {
+	if _, err := (Config{Spec: Spec{Extra: []string{"-object", "memory-backend-memfd,id=m2,size=1G,share=on"}, Accel: "tcg"}, RunDir: "/r"}).Args(); err != nil {
 		t.Errorf("shared memfd refused: %v", err)
 	}
 }

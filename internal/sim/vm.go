@@ -20,6 +20,12 @@ import (
 // commands possibly in flight on the device, as a VM stop leaves them — and
 // moved to another vGPU socket keeping its RAM, as a migration's destination
 // QEMU would.
+//
+// A stop has two strengths: a hold (HoldAt) parks only the workload, at a
+// fixed operation, while the guest's heartbeat goes on — the VM runs, its
+// application waits; a pause (Pause) parks the workload at its next
+// boundary (or where it is held) and the heartbeat too — the VM is stopped.
+// Resume ends either.
 type VM struct {
 	opts Options
 	bus  *Bus
@@ -27,20 +33,24 @@ type VM struct {
 	w    *guest.Workload
 
 	mu       sync.Mutex
-	pauseReq bool
-	paused   chan struct{} // closed when the guest stops at a boundary
-	resume   chan struct{}
+	pauseReq bool          // a pause: workload and heartbeat park
+	holdReq  bool          // a hold reached: the workload parks
+	at       *pausePoint   // an armed HoldAt, not reached yet
+	parked   chan struct{} // this stop's: closed when the workload parks
+	resume   chan struct{} // this stop's: closed by Resume
+	hbParked chan struct{} // this stop's: closed when the heartbeat has parked
 	running  bool
 	finished chan struct{} // closed when Run returns
 	waiters  []stepWaiter
-	hbParked chan struct{} // closed when the heartbeat has stopped for a pause
 	hbOn     bool          // a heartbeat goroutine runs
-	at       *pausePoint   // an armed PauseAt
+	pace     uint64        // Pace's limit (0: none)
+	paced    chan struct{} // closed when the workload waits at the limit
+	wake     chan struct{} // closed and replaced when a waiting workload must look again
 
 	busMu sync.RWMutex // the heartbeat's bus use against Move's swap
 }
 
-// pausePoint is an armed PauseAt: the op-th boundary of step step.
+// pausePoint is an armed HoldAt: the op-th boundary of step step.
 type pausePoint struct {
 	step  uint64
 	op    int
@@ -61,7 +71,7 @@ func StartVM(socket string, seed int64, wcfg guest.WorkloadConfig, opts Options)
 	if err != nil {
 		return nil, err
 	}
-	vm := &VM{opts: opts, bus: bus}
+	vm := &VM{opts: opts, bus: bus, wake: make(chan struct{}), paced: make(chan struct{})}
 	if vm.d, err = guest.Open(bus, guest.Options{Seed: seed, UseIRQ: !opts.NoIRQ}); err == nil {
 		vm.w, err = guest.NewWorkload(seed, wcfg)
 	}
@@ -112,19 +122,65 @@ func (vm *VM) gate(ctx context.Context) error {
 	vm.waiters = kept
 	if at := vm.at; at != nil && steps == at.step {
 		if at.count++; at.count >= at.op {
-			vm.at, vm.pauseReq = nil, true
+			vm.at, vm.holdReq = nil, true
 		}
 	}
-	if !vm.pauseReq {
+	for {
+		if vm.pauseReq || vm.holdReq {
+			parked, resume := vm.parked, vm.resume
+			vm.mu.Unlock()
+			if !park(parked, resume, ctx.Done()) {
+				return ctx.Err()
+			}
+			vm.mu.Lock()
+			continue
+		}
+		if vm.pace == 0 || steps < vm.pace {
+			vm.mu.Unlock()
+			return nil
+		}
+		// Paced: wait, running, until the limit rises or a stop comes.
+		select {
+		case <-vm.paced:
+		default:
+			close(vm.paced)
+		}
+		wake := vm.wake
 		vm.mu.Unlock()
-		return nil
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		vm.mu.Lock()
 	}
-	paused, resume := vm.paused, vm.resume
-	vm.mu.Unlock()
-	if !park(paused, resume, ctx.Done()) {
-		return ctx.Err()
-	}
-	return nil
+}
+
+// Pace lets the workload complete steps steps and then wait, running (its
+// heartbeat goes on), until Pace is called again with a higher number (0:
+// no limit). Pauses and holds work as ever meanwhile. The returned channel
+// closes once the workload waits at the limit.
+func (vm *VM) Pace(steps uint64) <-chan struct{} {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	vm.pace, vm.paced = steps, make(chan struct{})
+	vm.wakeLocked()
+	return vm.paced
+}
+
+// wakeLocked wakes a workload waiting at its pace limit to look again.
+func (vm *VM) wakeLocked() {
+	close(vm.wake)
+	vm.wake = make(chan struct{})
+}
+
+// stoppingLocked reports whether a stop (hold or pause) is armed or in
+// place.
+func (vm *VM) stoppingLocked() bool { return vm.pauseReq || vm.holdReq || vm.at != nil }
+
+// beginStopLocked makes the channels of a new stop.
+func (vm *VM) beginStopLocked() {
+	vm.parked, vm.resume, vm.hbParked = make(chan struct{}), make(chan struct{}), make(chan struct{})
 }
 
 // park announces a stop on parked (closing it once) and waits for resume;
@@ -161,39 +217,43 @@ func (vm *VM) WaitStep(ctx context.Context, step uint64) error {
 	}
 }
 
-// PauseAt arms a pause at a fixed point of the workload: its op-th
+// HoldAt arms a hold at a fixed point of the workload: its op-th
 // operation boundary (1-based; the step's closing fence is one too) in
-// step step, so runs that must stop at the same place do. The returned
-// channel closes once the guest has stopped there; Resume lets it go on.
-func (vm *VM) PauseAt(step uint64, op int) (<-chan struct{}, error) {
+// step step, so runs that must stop at the same place do. The workload
+// waits there while the guest's heartbeat goes on (the VM keeps running);
+// the returned channel closes once it waits. Pause then stops the whole VM
+// there; Resume lets it go on.
+func (vm *VM) HoldAt(step uint64, op int) (<-chan struct{}, error) {
 	vm.mu.Lock()
 	defer vm.mu.Unlock()
-	if vm.pauseReq || vm.at != nil {
-		return nil, errors.New("sim: VM already paused or pausing")
+	if vm.stoppingLocked() {
+		return nil, errors.New("sim: VM already held, paused or pausing")
 	}
 	vm.at = &pausePoint{step: step, op: op}
-	vm.paused, vm.resume = make(chan struct{}), make(chan struct{})
-	vm.hbParked = make(chan struct{})
-	return vm.paused, nil
+	vm.beginStopLocked()
+	return vm.parked, nil
 }
 
-// Pause stops the guest at its next operation boundary and returns once it
-// has stopped (or its workload has finished, or ctx ends). The guest stays
+// Pause stops the guest — its workload at the next operation boundary (or
+// where a hold keeps it), its heartbeat — and returns once both have
+// stopped (or the workload has finished, or ctx ends). The guest stays
 // stopped until Resume.
 func (vm *VM) Pause(ctx context.Context) error {
 	vm.mu.Lock()
-	if vm.pauseReq || vm.at != nil {
+	if vm.pauseReq {
 		vm.mu.Unlock()
 		return errors.New("sim: VM already paused or pausing")
 	}
-	vm.pauseReq = true
-	vm.paused, vm.resume = make(chan struct{}), make(chan struct{})
-	vm.hbParked = make(chan struct{})
-	paused, fin, running, hb, parked := vm.paused, vm.finished, vm.running, vm.hbOn, vm.hbParked
+	if !vm.holdReq && vm.at == nil {
+		vm.beginStopLocked()
+	}
+	vm.pauseReq, vm.at = true, nil
+	vm.wakeLocked()
+	parked, fin, running, hb, hbParked := vm.parked, vm.finished, vm.running, vm.hbOn, vm.hbParked
 	vm.mu.Unlock()
 	if running {
 		select {
-		case <-paused:
+		case <-parked:
 		case <-fin:
 		case <-ctx.Done():
 			return ctx.Err()
@@ -201,7 +261,7 @@ func (vm *VM) Pause(ctx context.Context) error {
 	}
 	if hb {
 		select {
-		case <-parked:
+		case <-hbParked:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -261,12 +321,13 @@ func (vm *VM) heartbeatGate(quit chan struct{}) bool {
 	return park(parked, resume, quit)
 }
 
-// Resume lets a paused guest go on (and calls off an armed PauseAt).
+// Resume lets a paused or held guest go on (and calls off an armed
+// HoldAt).
 func (vm *VM) Resume() {
 	vm.mu.Lock()
 	defer vm.mu.Unlock()
-	if vm.pauseReq || vm.at != nil {
-		vm.pauseReq, vm.at = false, nil
+	if vm.stoppingLocked() {
+		vm.pauseReq, vm.holdReq, vm.at = false, false, nil
 		close(vm.resume)
 	}
 }

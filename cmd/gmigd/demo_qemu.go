@@ -1,0 +1,174 @@
+package main
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"time"
+
+	"golang.org/x/term"
+
+	"github.com/gmig-dev/gmig/guest"
+	"github.com/gmig-dev/gmig/hostd"
+	"github.com/gmig-dev/gmig/hostd/qemu"
+	"github.com/gmig-dev/gmig/internal/cluster"
+)
+
+// qemuDemo is `gmigd demo`, the README's main job: two gmigd daemons on
+// this machine, a Linux VM under QEMU 11.1 on the first using its vGPU (the
+// in-guest program runs the correctness suite, then a self-checking seeded
+// workload with a 1 ms heartbeat), `gmigd migrate` to the second in the
+// middle of the workload, the report, and the guest's own verdict and
+// digest against a run that was never migrated.
+type qemuDemo struct {
+	demo
+	cache   string
+	machine string
+	vmMem   uint64
+	cpus    int
+	keep    bool
+}
+
+func (q *qemuDemo) flags(fs *flag.FlagSet) {
+	fs.StringVar(&q.cache, "cache", defaultCache(), "the provisioned QEMU root and guest kernel (make provision guest-image)")
+	fs.StringVar(&q.machine, "machine", "pc", "QEMU machine type: pc or q35")
+	fs.IntVar(&q.cpus, "cpus", 2, "guest vCPUs")
+	fs.BoolVar(&q.keep, "keep", false, "keep the daemons' run directories (logs, consoles)")
+}
+
+// defaultCache is $GMIG_CACHE, or .cache beside bin/, or ./.cache.
+func defaultCache() string {
+	return filepath.Dir(defaultQEMURoot())
+}
+
+// Guest console lines the demo waits for (cmd/gmig-guest).
+var (
+	reStep   = regexp.MustCompile(`gmig: workload step (\d+)`)
+	reResult = regexp.MustCompile(`gmig: result (ok|FAIL)`)
+	reDigest = regexp.MustCompile(`gmig: workload seed=\d+ steps=\d+ in \S+ digest=([0-9a-f]{64})`)
+	reSuite  = regexp.MustCompile(`gmig: suite \((\w+)\): (\d+ passed, \d+ failed.*)`)
+)
+
+func (q *qemuDemo) run(ctx context.Context) error {
+	root := qemu.Root(filepath.Join(q.cache, "qemu-root"))
+	kernel, initrd := filepath.Join(q.cache, "guest", "vmlinuz"), filepath.Join(q.cache, "guest", "initramfs.cpio")
+	if err := root.Check(); err != nil {
+		return fmt.Errorf("%w\n(`make demo` provisions it; `gmigd demo -sim` runs without QEMU)", err)
+	}
+	for _, f := range []string{kernel, initrd} {
+		if _, err := os.Stat(f); err != nil {
+			return fmt.Errorf("guest image: %w (run `make guest-image`)", err)
+		}
+	}
+	if q.mem == 0 {
+		q.mem = 64 << 20
+	}
+	accel, why := qemu.DefaultAccel()
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "gmig-demo-")
+	if err != nil {
+		return err
+	}
+	if !q.keep {
+		defer os.RemoveAll(dir)
+	}
+	fmt.Printf("gmigd demo: two gmigd daemons and a Linux VM under QEMU on this machine (%s: %s); files in %s\n", accel, why, dir)
+	var daemons [2]*cluster.Daemon
+	for i, name := range []string{"a", "b"} {
+		d, err := cluster.Start(ctx, dir, name, cluster.Options{Binary: self, QEMURoot: string(root), Pool: "256M", LogLevel: q.logLevel()})
+		if err != nil {
+			return err
+		}
+		defer d.Stop(10 * time.Second)
+		daemons[i] = d
+		fmt.Printf("  gmigd %s: run dir %s, migrations on %s\n", name, d.RunDir, d.Addr)
+	}
+	a, b := daemons[0], daemons[1]
+	// A neighbour on host A first, so the VM's vGPU lands at another pool
+	// offset there than on B: the remapping is real.
+	if _, err := a.Client.Create(hostd.CreateRequest{Name: "neighbour", MemSize: 16 << 20}); err != nil {
+		return err
+	}
+	steps := q.steps
+	migrateAt := steps / 4
+	spec := qemu.Spec{
+		Machine: q.machine, MemoryMB: 512, CPUs: q.cpus, Accel: accel, Kernel: kernel, Initrd: initrd,
+		Append: fmt.Sprintf("console=ttyS0 panic=-1 quiet gmig.measure=0 gmig.steps=%d gmig.seed=%d gmig.check=true gmig.progress=%d",
+			steps, q.seed, max(steps/20, 1)),
+	}
+	vm, err := a.Client.StartVM(hostd.StartVMRequest{Name: "demo", MemSize: q.mem, QEMU: spec})
+	if err != nil {
+		return err
+	}
+	fmt.Printf("VM %q started on A (QEMU pid %d, %s machine, %d MiB vGPU); booting Linux, then the guest runs its suite and the workload\n",
+		vm.Name, vm.PID, q.machine, q.mem>>20)
+	want := make(chan [32]byte, 1)
+	go func() {
+		d, err := referenceDigest(ctx, q.mem, 0, q.seed, guest.WorkloadConfig{}, steps, q.log)
+		if err != nil {
+			q.log.Error().Err(err).Msg("reference run")
+		}
+		want <- d
+	}()
+	bootCtx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	for _, mode := range []string{"polling", "interrupts"} {
+		m, err := cluster.WaitLine(bootCtx, a.Console("demo"), regexp.MustCompile(`gmig: suite \(`+mode+`\): (\d+ passed, \d+ failed.*)`))
+		if err != nil {
+			return err
+		}
+		fmt.Printf("guest: correctness suite (%s): %s\n", mode, m[1])
+	}
+	for {
+		m, err := cluster.WaitLine(bootCtx, a.Console("demo"), regexp.MustCompile(`gmig: workload step (\d+)$`))
+		if err != nil {
+			return err
+		}
+		if n, _ := strconv.Atoi(m[1]); n >= migrateAt {
+			fmt.Printf("guest: workload at step %d of %d (self-checking, 1 ms heartbeat)\n", n, steps)
+			break
+		}
+	}
+	fmt.Printf("gmigd migrate demo --to %s (%s)\n", b.Addr, q.strategy)
+	pp := newProgressPrinter(os.Stdout, q.json, term.IsTerminal(int(os.Stdout.Fd())))
+	rep, err := a.Client.Migrate(ctx, "demo", hostd.MigrateRequest{To: b.Addr, Strategy: string(q.strategy)}, pp.show)
+	pp.done()
+	if err != nil {
+		return err
+	}
+	fmt.Println()
+	fmt.Print(indent(rep.String(), "  "))
+	fmt.Println()
+	res, err := cluster.WaitLine(bootCtx, b.Console("demo"), reResult)
+	if err != nil {
+		return err
+	}
+	dig, _ := cluster.WaitLine(bootCtx, b.Console("demo"), reDigest)
+	ref := <-want
+	fmt.Printf("guest on B: result %s (its own checks of graphics memory and DMA after every step)\n", res[1])
+	if res[1] != "ok" || dig == nil {
+		return errors.New("the guest reported a failure after the migration")
+	}
+	verdict := "equals a never-migrated run of the same seed: ok"
+	if dig[1] != hex.EncodeToString(ref[:]) {
+		verdict = "DIFFERS from the never-migrated run " + hex.EncodeToString(ref[:8])
+	}
+	fmt.Printf("guest on B: workload digest %s %s\n", dig[1][:16], verdict)
+	if dig[1] != hex.EncodeToString(ref[:]) {
+		return errors.New("digest mismatch after migration")
+	}
+	return nil
+}
+
+func (q *qemuDemo) logLevel() string {
+	return q.log.GetLevel().String()
+}

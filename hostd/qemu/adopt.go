@@ -1,0 +1,171 @@
+package qemu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/digitalocean/go-qemu/qmp"
+	"golang.org/x/sys/unix"
+)
+
+// Adopting a VM started by someone else (libvirt, a script): gmigd connects
+// to its QMP socket, learns QEMU's process from the socket's peer
+// credentials and its command line from /proc, and checks that the VM is
+// one a vGPU can migrate with. The command line, less what each host sets,
+// becomes the VM's Spec.Argv: a migration's destination starts its QEMU
+// with it (so the paths it names — kernel, disks — must exist there too).
+
+// ErrAdopt reports a VM that cannot be adopted.
+var ErrAdopt = errors.New("qemu: cannot adopt the VM")
+
+// Adopt connects to the QMP socket at path of a running QEMU whose vGPU is
+// the vfio-user-pci device with id deviceID.
+func Adopt(ctx context.Context, path, deviceID string) (*VM, error) {
+	pid, err := peerPID(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrAdopt, err)
+	}
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return nil, fmt.Errorf("%w: reading QEMU's command line: %w", ErrAdopt, err)
+	}
+	argv := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
+	spec, err := AdoptedSpec(argv, deviceID)
+	if err != nil {
+		return nil, err
+	}
+	vm := &VM{cfg: Config{Spec: spec}, pid: pid, events: newEvents(), done: make(chan struct{})}
+	mon, err := qmp.NewSocketMonitor("unix", path, 5*time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrAdopt, err)
+	}
+	if err := mon.Connect(); err != nil {
+		return nil, fmt.Errorf("%w: QMP handshake: %w", ErrAdopt, err)
+	}
+	vm.qmp = mon
+	ch, _ := mon.Events(ctx)
+	go func() {
+		vm.events.pump(ch)
+		close(vm.done) // the monitor connection ended: QEMU is gone for us
+	}()
+	return vm, nil
+}
+
+// AdoptedSpec turns an adopted QEMU's command line (argv[0] first) into a
+// Spec: the VM must use a shared memfd for guest RAM, a pc or q35 machine,
+// and have the vGPU as vfio-user-pci device deviceID. What each host sets
+// is dropped: the program, the vGPU device, QMP and monitor sockets,
+// -incoming, -S, -daemonize and -pidfile.
+func AdoptedSpec(argv []string, deviceID string) (Spec, error) {
+	if len(argv) < 2 {
+		return Spec{}, fmt.Errorf("%w: empty command line", ErrAdopt)
+	}
+	var keep []string
+	sawDevice := false
+	args := argv[1:]
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		opt := strings.TrimPrefix(a, "-")
+		opt = strings.TrimPrefix(opt, "-")
+		takesValue := i+1 < len(args)
+		switch opt {
+		case "S", "daemonize":
+			continue
+		case "incoming", "pidfile", "qmp", "qmp-pretty", "monitor":
+			i++
+			continue
+		case "device":
+			if takesValue && isVGPUDevice(args[i+1], deviceID) {
+				sawDevice = true
+				i++
+				continue
+			}
+		}
+		keep = append(keep, a)
+	}
+	if !sawDevice {
+		return Spec{}, fmt.Errorf("%w: no vfio-user-pci device with id %q on its command line", ErrAdopt, deviceID)
+	}
+	if err := checkMemoryArgs(keep); err != nil {
+		return Spec{}, fmt.Errorf("%w: %w", ErrAdopt, err)
+	}
+	if !hasSharedMemfd(keep) {
+		return Spec{}, fmt.Errorf("%w: %w (guest RAM is not one)", ErrAdopt, ErrSharedMemory)
+	}
+	if _, err := ChipsetOf(machineOfArgv(keep)); err != nil {
+		return Spec{}, fmt.Errorf("%w: %w", ErrAdopt, err)
+	}
+	return Spec{Argv: keep}, nil
+}
+
+// isVGPUDevice reports whether a -device value is the vfio-user-pci device
+// with id (JSON or key=value form).
+func isVGPUDevice(v, id string) bool {
+	if !strings.Contains(v, "vfio-user-pci") {
+		return false
+	}
+	return strings.Contains(v, `"id":"`+id+`"`) || strings.Contains(v, `"id": "`+id+`"`) ||
+		strings.Contains(","+v+",", ",id="+id+",")
+}
+
+// hasSharedMemfd reports whether the command line gives guest RAM a shared
+// memfd backend.
+func hasSharedMemfd(args []string) bool {
+	for _, a := range args {
+		if strings.Contains(a, "memory-backend-memfd") && strings.Contains(a, "share=on") {
+			return true
+		}
+	}
+	return false
+}
+
+// machineOfArgv returns the machine type of a command line ("" if none:
+// QEMU's default for x86_64 is pc).
+func machineOfArgv(args []string) string {
+	for i := 0; i+1 < len(args); i++ {
+		if a := strings.TrimLeft(args[i], "-"); a == "machine" || a == "M" {
+			for _, kv := range strings.Split(args[i+1], ",") {
+				if t, ok := strings.CutPrefix(kv, "type="); ok {
+					return t
+				}
+				if !strings.Contains(kv, "=") {
+					return kv
+				}
+			}
+		}
+	}
+	return ""
+}
+
+// peerPID returns the process id at the other end of the UNIX socket at
+// path (SO_PEERCRED of a fresh connection).
+func peerPID(path string) (int, error) {
+	c, err := net.DialTimeout("unix", path, 5*time.Second)
+	if err != nil {
+		return 0, fmt.Errorf("connecting to %s: %w", path, err)
+	}
+	defer c.Close()
+	raw, err := c.(*net.UnixConn).SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return 0, err
+	}
+	if cerr != nil {
+		return 0, fmt.Errorf("peer credentials of %s: %w", path, cerr)
+	}
+	if cred.Pid <= 0 {
+		return 0, fmt.Errorf("no peer process on %s", path)
+	}
+	return int(cred.Pid), nil
+}

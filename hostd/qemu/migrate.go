@@ -1,0 +1,294 @@
+package qemu
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/gmig-dev/gmig/internal/apilog"
+	"github.com/gmig-dev/gmig/orchestrator"
+)
+
+// QEMU's own migration beside the vGPU's (docs/migration-protocol.md): the
+// source migrates with pause-before-switchover, so QEMU stops the VM when
+// its RAM pre-copy converges and then waits in "pre-switchover" while gmigd
+// runs the vGPU's stop phase; migrate-continue lets it finish. The
+// destination is started with -incoming defer and -S and stays paused
+// after the load until gmigd has restored the vGPU's front end.
+
+// DefaultMaxBandwidth is the RAM migration bandwidth gmigd sets unless told
+// otherwise: QEMU's own default (128 MiB/s) is a throttle meant for shared
+// links, far below what a dedicated migration link carries.
+const DefaultMaxBandwidth = 10 << 30 // bytes/s
+
+// Outgoing is a VM at a migration's source, as the orchestrator drives it
+// (orchestrator.SourceVM).
+type Outgoing struct {
+	VM *VM
+	// MaxBandwidth is QEMU's max-bandwidth for the RAM stream in bytes/s
+	// (0: DefaultMaxBandwidth).
+	MaxBandwidth uint64
+	// DowntimeLimit is QEMU's downtime-limit: the longest stop QEMU's RAM
+	// convergence aims at (0: QEMU's own default, 300 ms).
+	DowntimeLimit time.Duration
+
+	mu      sync.Mutex
+	mark    uint64 // events before the migration started
+	started bool
+}
+
+var _ orchestrator.SourceVM = (*Outgoing)(nil)
+
+// Migrate starts QEMU's migration to target ("tcp:host:port").
+func (o *Outgoing) Migrate(ctx context.Context, target string) error {
+	vm := o.VM
+	caps := []map[string]any{
+		{"capability": "pause-before-switchover", "state": true},
+		{"capability": "events", "state": true},
+	}
+	if _, err := vm.QMP("migrate-set-capabilities", map[string]any{"capabilities": caps}); err != nil {
+		return err
+	}
+	params := map[string]any{"max-bandwidth": cmp.Or(o.MaxBandwidth, DefaultMaxBandwidth)}
+	if o.DowntimeLimit > 0 {
+		params["downtime-limit"] = o.DowntimeLimit.Milliseconds()
+	}
+	if _, err := vm.QMP("migrate-set-parameters", params); err != nil {
+		return err
+	}
+	o.mu.Lock()
+	o.mark, o.started = vm.events.mark(), true
+	o.mu.Unlock()
+	if _, err := vm.QMP("migrate", map[string]any{"uri": target}); err != nil {
+		return err
+	}
+	return nil
+}
+
+// WaitPaused waits for QEMU to stop the VM before its switchover and
+// returns the time of QEMU's STOP event.
+func (o *Outgoing) WaitPaused(ctx context.Context) (time.Time, error) {
+	e, err := o.waitStatus(ctx, "pre-switchover")
+	if err != nil {
+		return time.Time{}, err
+	}
+	stop, err := o.VM.events.wait(ctx, o.mark, func(x Event) bool { return x.Name == "STOP" && x.Seq < e.Seq })
+	if err != nil {
+		return time.Time{}, fmt.Errorf("qemu: no STOP event before pre-switchover: %w", err)
+	}
+	return stop.At, nil
+}
+
+// Switchover lets QEMU finish its migration and waits until it completed.
+func (o *Outgoing) Switchover(ctx context.Context) error {
+	mark := o.VM.events.mark()
+	if _, err := o.VM.QMP("migrate-continue", map[string]string{"state": "pre-switchover"}); err != nil {
+		return err
+	}
+	o.mu.Lock()
+	o.mark = mark
+	o.mu.Unlock()
+	_, err := o.waitStatus(ctx, "completed")
+	return err
+}
+
+// waitStatus waits for a MIGRATION event with status want after the mark;
+// a failed or cancelled migration is an error with QEMU's reason.
+func (o *Outgoing) waitStatus(ctx context.Context, want string) (Event, error) {
+	o.mu.Lock()
+	mark := o.mark
+	o.mu.Unlock()
+	e, err := o.VM.events.wait(ctx, mark, func(x Event) bool {
+		if x.Name != "MIGRATION" {
+			return false
+		}
+		st, _ := x.Data["status"].(string)
+		return st == want || st == "failed" || st == "cancelled"
+	})
+	if err != nil {
+		return Event{}, err
+	}
+	if st, _ := e.Data["status"].(string); st != want {
+		return Event{}, fmt.Errorf("qemu: migration %s: %s", st, o.VM.migrationError())
+	}
+	return e, nil
+}
+
+// Progress reports query-migrate.
+func (o *Outgoing) Progress() orchestrator.VMMProgress {
+	o.mu.Lock()
+	started := o.started
+	o.mu.Unlock()
+	if !started {
+		return orchestrator.VMMProgress{}
+	}
+	p, _ := o.VM.MigrationInfo()
+	return p
+}
+
+// Resume runs the VM here again: a migration still in flight is cancelled
+// (QEMU then restarts the VM itself if it had stopped it) and a VM still
+// paused afterwards is continued.
+func (o *Outgoing) Resume(ctx context.Context) error {
+	vm := o.VM
+	if p, err := vm.MigrationInfo(); err == nil {
+		switch p.Status {
+		case "setup", "active", "pre-switchover", "device", "wait-unplug":
+			mark := vm.events.mark()
+			if _, err := vm.QMP("migrate_cancel", nil); err != nil {
+				return err
+			}
+			if _, err := vm.events.wait(ctx, mark, func(x Event) bool {
+				st, _ := x.Data["status"].(string)
+				return x.Name == "MIGRATION" && (st == "cancelled" || st == "failed" || st == "completed")
+			}); err != nil {
+				return fmt.Errorf("qemu: waiting for the migration to end: %w", err)
+			}
+		}
+	}
+	st, err := vm.Status()
+	if err != nil {
+		return err
+	}
+	if st != "running" {
+		if _, err := vm.QMP("cont", nil); err != nil {
+			return fmt.Errorf("qemu: resuming the VM (it was %s): %w", st, err)
+		}
+	}
+	return nil
+}
+
+// Release quits QEMU here: the VM runs at the destination.
+func (o *Outgoing) Release(context.Context) error { return o.VM.Quit(10 * time.Second) }
+
+// MigrationInfo is query-migrate, as the orchestrator reports it.
+func (vm *VM) MigrationInfo() (orchestrator.VMMProgress, error) {
+	raw, err := vm.QMP("query-migrate", nil)
+	if err != nil {
+		return orchestrator.VMMProgress{}, err
+	}
+	var q struct {
+		Status   string `json:"status"`
+		Downtime int64  `json:"downtime"`
+		RAM      struct {
+			Transferred uint64 `json:"transferred"`
+			Remaining   uint64 `json:"remaining"`
+			Total       uint64 `json:"total"`
+		} `json:"ram"`
+	}
+	if err := json.Unmarshal(raw, &q); err != nil {
+		return orchestrator.VMMProgress{}, fmt.Errorf("qemu: query-migrate: %w", err)
+	}
+	return orchestrator.VMMProgress{
+		Status: q.Status, Transferred: q.RAM.Transferred, Remaining: q.RAM.Remaining, Total: q.RAM.Total,
+		Downtime: time.Duration(q.Downtime) * time.Millisecond,
+	}, nil
+}
+
+// migrationError is query-migrate's error-desc, or a placeholder.
+func (vm *VM) migrationError() string {
+	raw, err := vm.QMP("query-migrate", nil)
+	if err != nil {
+		return err.Error()
+	}
+	var q struct {
+		ErrorDesc string `json:"error-desc"`
+	}
+	if json.Unmarshal(raw, &q) == nil && q.ErrorDesc != "" {
+		return q.ErrorDesc
+	}
+	return "QEMU gave no reason"
+}
+
+// Incoming is a VM at a migration's destination (orchestrator.DestVM): a
+// QEMU started with Config.Incoming, paused.
+type Incoming struct {
+	VM  *VM
+	uri string
+}
+
+var _ orchestrator.DestVM = (*Incoming)(nil)
+
+// Listen makes QEMU listen for the incoming migration on host (an address
+// of this host the source can reach) at a port it picks.
+func (in *Incoming) Listen(host string) error {
+	vm := in.VM
+	caps := []map[string]any{{"capability": "events", "state": true}}
+	if _, err := vm.QMP("migrate-set-capabilities", map[string]any{"capabilities": caps}); err != nil {
+		return err
+	}
+	if _, err := vm.QMP("migrate-incoming", map[string]string{"uri": "tcp:" + net.JoinHostPort(host, "0")}); err != nil {
+		return err
+	}
+	raw, err := vm.QMP("query-migrate", nil)
+	if err != nil {
+		return err
+	}
+	var q struct {
+		Sockets []struct {
+			Host string `json:"host"`
+			Port string `json:"port"`
+		} `json:"socket-address"`
+	}
+	if err := json.Unmarshal(raw, &q); err != nil || len(q.Sockets) == 0 {
+		return fmt.Errorf("qemu: migrate-incoming: no listening address in %s (%v)", raw, err)
+	}
+	if _, err := strconv.Atoi(q.Sockets[0].Port); err != nil {
+		return fmt.Errorf("qemu: migrate-incoming: port %q: %w", q.Sockets[0].Port, err)
+	}
+	in.uri = "tcp:" + net.JoinHostPort(host, q.Sockets[0].Port)
+	return nil
+}
+
+// Incoming is where the source QEMU migrates to.
+func (in *Incoming) Incoming() string { return in.uri }
+
+// WaitLoaded waits until QEMU has loaded the incoming migration.
+func (in *Incoming) WaitLoaded(ctx context.Context) error {
+	vm := in.VM
+	for {
+		mark := vm.events.mark()
+		p, err := vm.MigrationInfo()
+		if err != nil {
+			return err
+		}
+		switch p.Status {
+		case "completed":
+			return nil
+		case "failed", "cancelled":
+			return fmt.Errorf("qemu: incoming migration %s: %s", p.Status, vm.migrationError())
+		}
+		if _, err := vm.events.wait(ctx, mark, func(x Event) bool { return x.Name == "MIGRATION" }); err != nil {
+			return fmt.Errorf("qemu: waiting for the incoming migration: %w", err)
+		}
+	}
+}
+
+// RestoreFrontEnd replays the guest's config writes into QEMU's front end
+// of the vGPU and re-routes its interrupt (frontend.go).
+func (in *Incoming) RestoreFrontEnd(_ context.Context, writes []apilog.Entry) error {
+	return in.VM.RestoreFrontEnd(writes)
+}
+
+// Resume continues the VM and returns the time of QEMU's RESUME event.
+func (in *Incoming) Resume(ctx context.Context) (time.Time, error) {
+	vm := in.VM
+	mark := vm.events.mark()
+	if _, err := vm.QMP("cont", nil); err != nil {
+		return time.Time{}, err
+	}
+	e, err := vm.events.wait(ctx, mark, func(x Event) bool { return x.Name == "RESUME" })
+	if err != nil {
+		if errors.Is(err, ErrGone) {
+			return time.Time{}, err
+		}
+		return time.Time{}, fmt.Errorf("qemu: no RESUME event after cont: %w", err)
+	}
+	return e.At, nil
+}

@@ -1,0 +1,194 @@
+// Package cluster runs gmigd daemons as separate processes on this machine
+// and watches their VMs' serial consoles: the harness of the real-VM demo,
+// the real-VM benchmark and the end-to-end tests. Each daemon has its own
+// run directory, control socket and migration listener on loopback; the
+// migrations between them go through the daemons' control API, exactly as
+// an operator's `gmigd migrate` does.
+package cluster
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/gmig-dev/gmig/hostd"
+)
+
+// Daemon is one gmigd process.
+type Daemon struct {
+	Name   string
+	RunDir string
+	// Addr is its migration listener (host:port).
+	Addr   string
+	Client *hostd.Client
+	cmd    *exec.Cmd
+	log    *os.File
+	done   chan struct{}
+}
+
+// Options start a Daemon.
+type Options struct {
+	Binary   string // the gmigd binary
+	Pool     string // -pool (default 512M)
+	QEMURoot string // -qemu-root
+	LogLevel string // default info
+	Extra    []string
+}
+
+// Start runs `gmigd serve` in a new run directory under dir, listening for
+// migrations on 127.0.0.1 at a port it picks, and waits until its control
+// API answers. Its log goes to RUNDIR/gmigd.log.
+func Start(ctx context.Context, dir, name string, o Options) (*Daemon, error) {
+	runDir := filepath.Join(dir, name)
+	if err := os.MkdirAll(runDir, 0o750); err != nil {
+		return nil, err
+	}
+	logf, err := os.Create(filepath.Join(runDir, "gmigd.log"))
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"serve", "-run-dir", runDir, "-migrate-listen", "127.0.0.1:0",
+		"-pool", cmpOr(o.Pool, "512M"), "-log-level", cmpOr(o.LogLevel, "info")}
+	if o.QEMURoot != "" {
+		args = append(args, "-qemu-root", o.QEMURoot)
+	}
+	args = append(args, o.Extra...)
+	cmd := exec.Command(o.Binary, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// The daemon dies with whoever started it (a test, the demo).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("cluster: starting gmigd %s: %w", name, err)
+	}
+	d := &Daemon{Name: name, RunDir: runDir, cmd: cmd, log: logf, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(d.done) }()
+	addrFile := filepath.Join(runDir, "migrate.addr")
+	if err := waitFor(ctx, d.done, func() bool {
+		b, err := os.ReadFile(addrFile)
+		if err != nil || !strings.HasSuffix(string(b), "\n") {
+			return false
+		}
+		d.Addr = strings.TrimSpace(string(b))
+		return true
+	}); err != nil {
+		d.Kill()
+		return nil, fmt.Errorf("cluster: gmigd %s did not come up: %w (log: %s)", name, err, d.LogTail(20))
+	}
+	d.Client = hostd.NewClient(filepath.Join(runDir, "gmigd.sock"))
+	if err := waitFor(ctx, d.done, func() bool { _, err := d.Client.List(); return err == nil }); err != nil {
+		d.Kill()
+		return nil, fmt.Errorf("cluster: gmigd %s's control API: %w", name, err)
+	}
+	return d, nil
+}
+
+func cmpOr(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+// waitFor polls ok until it holds, the process ends or ctx ends.
+func waitFor(ctx context.Context, exited <-chan struct{}, ok func() bool) error {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for !ok() {
+		select {
+		case <-exited:
+			return errors.New("the process exited")
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// Done is closed when the process has exited.
+func (d *Daemon) Done() <-chan struct{} { return d.done }
+
+// Kill ends the daemon at once (SIGKILL): what a crash looks like. Its
+// QEMUs die with it.
+func (d *Daemon) Kill() {
+	_ = d.cmd.Process.Kill()
+	<-d.done
+	d.log.Close()
+}
+
+// Stop asks the daemon to shut down (SIGTERM) and waits, killing it after
+// timeout.
+func (d *Daemon) Stop(timeout time.Duration) {
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.done:
+	case <-time.After(timeout):
+		_ = d.cmd.Process.Kill()
+		<-d.done
+	}
+	d.log.Close()
+}
+
+// LogTail returns the last n lines of the daemon's log.
+func (d *Daemon) LogTail(n int) string {
+	b, _ := os.ReadFile(filepath.Join(d.RunDir, "gmigd.log"))
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Console is the path of VM vm's serial console log on this daemon.
+func (d *Daemon) Console(vm string) string { return filepath.Join(d.RunDir, "vms", vm, "console.log") }
+
+// WaitLine waits until a line of the file at path matches re and returns
+// its submatches. The file may not exist yet; it is read as it grows.
+func WaitLine(ctx context.Context, path string, re *regexp.Regexp) ([]string, error) {
+	var f *os.File
+	defer func() {
+		if f != nil {
+			f.Close()
+		}
+	}()
+	var r *bufio.Reader
+	var partial string
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if f == nil {
+			if g, err := os.Open(path); err == nil {
+				f, r = g, bufio.NewReader(g)
+			}
+		}
+		for r != nil {
+			s, err := r.ReadString('\n')
+			partial += s
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				return nil, err
+			}
+			if m := re.FindStringSubmatch(partial); m != nil {
+				return m, nil
+			}
+			partial = ""
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("cluster: waiting for %q in %s: %w", re, path, ctx.Err())
+		case <-t.C:
+		}
+	}
+}

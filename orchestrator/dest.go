@@ -1,0 +1,377 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gmig-dev/gmig/internal/vgpu"
+	"github.com/gmig-dev/gmig/precopy"
+)
+
+// Host is the destination gmigd as an incoming migration needs it.
+type Host interface {
+	// Land creates what an incoming migration needs: the vGPU p.VGPU
+	// describes, quiesced and served on its vfio-user socket but not yet
+	// live here, and the VM p.VMKind and p.VM describe, started paused
+	// for the incoming migration and attached to that vGPU. Any refusal (a
+	// name in use, no room, an unsafe VM) is an error the source is told;
+	// Land leaves nothing behind when it fails. via is this host's end of
+	// the source's control connection: an address the source reaches this
+	// host at (where the VMM's incoming migration can listen).
+	Land(ctx context.Context, p Prepare, via net.Addr) (Landing, error)
+}
+
+// Landing is an incoming migration's vGPU and VM at the destination.
+type Landing interface {
+	VGPU() *vgpu.VGPU
+	VM() DestVM
+	// Beats is the vGPU's heartbeat recorder here (nil: none).
+	Beats() *Heartbeats
+	// Commit makes the vGPU and the VM this host's own, once the VM runs.
+	Commit()
+	// Discard removes the vGPU and the VM: the migration failed and
+	// nothing of it stays here.
+	Discard()
+}
+
+// Arrival is an incoming migration's end, for the destination's owner.
+type Arrival struct {
+	Prepare Prepare
+	Report  precopy.Report // the vGPU's, as the destination measured it
+	Times   DestTimes
+	Err     error // nil: the VM runs here
+}
+
+// DestinationOptions configure a Destination.
+type DestinationOptions struct {
+	Timeouts Timeouts
+	Log      zerolog.Logger
+	// OnArrival, if set, is told each incoming migration's end.
+	OnArrival func(Arrival)
+}
+
+// Destination accepts incoming migrations for a Host.
+type Destination struct {
+	host     Host
+	opts     DestinationOptions
+	log      zerolog.Logger
+	instance string
+
+	mu       sync.Mutex
+	data     map[string]chan net.Conn // migrations waiting for their stream
+	outcomes map[string]outcomeAt
+}
+
+type outcomeAt struct {
+	state string
+	at    time.Time
+}
+
+// outcomeKeep is how long a migration's outcome is kept for queries.
+const outcomeKeep = 30 * time.Minute
+
+// NewDestination returns a Destination for h.
+func NewDestination(h Host, opts DestinationOptions) *Destination {
+	opts.Timeouts = opts.Timeouts.withDefaults()
+	id := newID()
+	return &Destination{
+		host: h, opts: opts, instance: id,
+		log:  opts.Log.With().Str("instance", id).Logger(),
+		data: map[string]chan net.Conn{}, outcomes: map[string]outcomeAt{},
+	}
+}
+
+// Serve accepts connections on l until ctx ends (it then closes l, ends
+// the migrations in flight, discarding what they built, and returns nil).
+func (d *Destination) Serve(ctx context.Context, l net.Listener) error {
+	stop := context.AfterFunc(ctx, func() { l.Close() })
+	defer stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return fmt.Errorf("orchestrator: accepting: %w", err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d.serveConn(ctx, c)
+		}()
+	}
+}
+
+func (d *Destination) serveConn(ctx context.Context, c net.Conn) {
+	var h hello
+	_ = c.SetReadDeadline(time.Now().Add(d.opts.Timeouts.Message))
+	if err := readMsg(c, &h); err != nil || h.Version != ProtocolVersion || h.ID == "" {
+		d.log.Warn().Err(err).Str("peer", c.RemoteAddr().String()).Int("version", h.Version).
+			Msg("connection without a valid hello; closed")
+		c.Close()
+		return
+	}
+	_ = c.SetReadDeadline(time.Time{})
+	switch h.Kind {
+	case kindMigrate:
+		defer c.Close()
+		d.incoming(ctx, c, h.ID)
+	case kindData:
+		d.mu.Lock()
+		ch, ok := d.data[h.ID]
+		delete(d.data, h.ID)
+		d.mu.Unlock()
+		if !ok {
+			d.log.Warn().Str("migration", h.ID).Msg("a stream for no migration waiting for one; closed")
+			c.Close()
+			return
+		}
+		ch <- c // buffered: the migration owns and closes it
+	case kindQuery:
+		defer c.Close()
+		_ = c.SetWriteDeadline(time.Now().Add(d.opts.Timeouts.Message))
+		_ = writeMsg(c, outcome{State: d.outcome(h.ID), Instance: d.instance})
+	default:
+		d.log.Warn().Str("kind", h.Kind).Msg("unknown connection kind; closed")
+		c.Close()
+	}
+}
+
+func (d *Destination) outcome(id string) string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if o, ok := d.outcomes[id]; ok {
+		return o.state
+	}
+	return outcomeUnknownID
+}
+
+func (d *Destination) setOutcome(id, state string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	now := time.Now()
+	for k, o := range d.outcomes {
+		if now.Sub(o.at) > outcomeKeep {
+			delete(d.outcomes, k)
+		}
+	}
+	d.outcomes[id] = outcomeAt{state, now}
+}
+
+// incoming is one migration at the destination, on its control
+// connection (doc.go, "The sequence").
+func (d *Destination) incoming(ctx context.Context, ctl net.Conn, id string) {
+	in := &arriving{d: d, ctl: ctl, id: id, log: d.log.With().Str("migration", id).Logger()}
+	d.setOutcome(id, outcomePending)
+	err := in.run(ctx)
+	state := outcomeResumed
+	if err != nil {
+		state = outcomeAborted
+		if in.landing != nil {
+			in.landing.Discard()
+		}
+		in.log.Warn().Err(err).Msg("incoming migration failed; nothing of it kept")
+	}
+	d.setOutcome(id, state)
+	if d.opts.OnArrival != nil {
+		d.opts.OnArrival(Arrival{Prepare: in.prepare, Report: in.rep, Times: in.times, Err: err})
+	}
+}
+
+// arriving is one incoming migration's state.
+type arriving struct {
+	d       *Destination
+	ctl     net.Conn
+	id      string
+	log     zerolog.Logger
+	prepare Prepare
+	landing Landing
+	rep     precopy.Report
+	times   DestTimes
+}
+
+func (in *arriving) run(ctx context.Context) error {
+	t := in.d.opts.Timeouts
+	_ = in.ctl.SetReadDeadline(time.Now().Add(t.Message))
+	if err := readMsg(in.ctl, &in.prepare); err != nil {
+		return err
+	}
+	if in.prepare.ID != in.id {
+		return in.refuse(fmt.Errorf("Prepare for migration %q on the connection of %q", in.prepare.ID, in.id))
+	}
+	in.log = in.log.With().Str("vgpu", in.prepare.VGPU.Name).Str("vm_kind", in.prepare.VMKind).Logger()
+	dataCh := make(chan net.Conn, 1)
+	in.d.mu.Lock()
+	in.d.data[in.id] = dataCh
+	in.d.mu.Unlock()
+	defer func() {
+		in.d.mu.Lock()
+		delete(in.d.data, in.id)
+		in.d.mu.Unlock()
+	}()
+
+	lctx, cancel := context.WithTimeout(ctx, t.Message)
+	landing, err := in.d.host.Land(lctx, in.prepare, in.ctl.LocalAddr())
+	cancel()
+	if err != nil {
+		return in.refuse(err)
+	}
+	in.landing = landing
+	_ = in.ctl.SetWriteDeadline(time.Now().Add(t.Message))
+	if err := writeMsg(in.ctl, ready{Incoming: landing.VM().Incoming(), Instance: in.d.instance}); err != nil {
+		return err
+	}
+	in.log.Info().Str("incoming", landing.VM().Incoming()).Msg("ready for the migration")
+
+	// One reader of the control connection from here on: the source's
+	// decision, or its end. An abort or a dropped connection during the
+	// stream ends the receive.
+	decided := make(chan decisionResult, 1)
+	go func() {
+		var dec decision
+		_ = in.ctl.SetReadDeadline(time.Time{})
+		err := readMsg(in.ctl, &dec)
+		decided <- decisionResult{dec, err}
+	}()
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	early := make(chan decisionResult, 1)
+	go func() {
+		select {
+		case r := <-decided:
+			early <- r
+			cancel()
+		case <-rctx.Done():
+		}
+	}()
+	if err := in.receive(rctx, dataCh); err != nil {
+		return err
+	}
+	cancel()
+	dec, err := in.decision(early, decided)
+	if err != nil {
+		return err
+	}
+	if !dec.Commit {
+		return fmt.Errorf("orchestrator: the source aborted: %s", dec.Reason)
+	}
+	return in.resume(ctx)
+}
+
+type decisionResult struct {
+	dec decision
+	err error
+}
+
+// decision waits for the source's decision after the verdict, bounded by
+// the decision timeout; a dropped connection or the timeout is an abort.
+func (in *arriving) decision(early, decided <-chan decisionResult) (decision, error) {
+	var r decisionResult
+	select {
+	case r = <-early:
+	default:
+		select {
+		case r = <-early:
+		case r = <-decided:
+		case <-time.After(in.d.opts.Timeouts.Decision):
+			return decision{}, errors.New("orchestrator: no decision from the source in time")
+		}
+	}
+	if r.err != nil {
+		return decision{}, fmt.Errorf("orchestrator: waiting for the source's decision: %w", r.err)
+	}
+	return r.dec, nil
+}
+
+// refuse tells the source why the migration cannot land here.
+func (in *arriving) refuse(err error) error {
+	_ = in.ctl.SetWriteDeadline(time.Now().Add(in.d.opts.Timeouts.Message))
+	_ = writeMsg(in.ctl, ready{Error: err.Error(), Instance: in.d.instance})
+	return err
+}
+
+// receive takes the vGPU stream into the landed vGPU; the verdict goes
+// back on the stream's connection.
+func (in *arriving) receive(ctx context.Context, dataCh <-chan net.Conn) error {
+	var data net.Conn
+	select {
+	case data = <-dataCh:
+	case <-time.After(in.d.opts.Timeouts.Data):
+		return errors.New("orchestrator: the vGPU stream did not arrive")
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer data.Close()
+	rep, err := precopy.Receive(ctx, data, in.landing.VGPU(), precopy.Options{Log: in.log})
+	in.rep = rep
+	return err
+}
+
+// resume runs the VM here after the source's commit: the VMM finishes
+// loading, the front end gets the guest's config writes back, the engine
+// runs, the VM runs; then the source hears it, and later the guest's first
+// heartbeat here.
+func (in *arriving) resume(ctx context.Context) error {
+	t := in.d.opts.Timeouts
+	in.times.CommitReceived = time.Now()
+	vm, v := in.landing.VM(), in.landing.VGPU()
+	fail := func(what string, err error) error {
+		err = fmt.Errorf("orchestrator: %s: %w", what, err)
+		_ = in.ctl.SetWriteDeadline(time.Now().Add(t.Message))
+		_ = writeMsg(in.ctl, committed{Error: err.Error()})
+		return err
+	}
+	rctx, cancel := context.WithTimeout(ctx, t.Decision)
+	defer cancel()
+	if err := vm.WaitLoaded(rctx); err != nil {
+		return fail("the VMM did not load the VM", err)
+	}
+	in.times.Loaded = time.Now()
+	writes := v.ConfigWrites()
+	in.times.ConfigWrites = len(writes)
+	if err := vm.RestoreFrontEnd(rctx, writes); err != nil {
+		return fail("restoring the vGPU's PCI front end", err)
+	}
+	in.times.FrontEnd = time.Now()
+	v.Resume()
+	in.times.EngineRun = time.Now()
+	resumed, err := vm.Resume(rctx)
+	if err != nil {
+		v.Quiesce()
+		return fail("resuming the VM", err)
+	}
+	in.times.Resumed = resumed
+	in.landing.Commit()
+	in.d.setOutcome(in.id, outcomeResumed)
+	in.log.Info().Time("resumed", resumed).Int("config_writes", len(writes)).Msg("migration arrived; the VM runs here")
+	_ = in.ctl.SetWriteDeadline(time.Now().Add(t.Message))
+	if err := writeMsg(in.ctl, committed{OK: true, Times: in.times}); err != nil {
+		// The VM runs here; the source learns it by asking (Resolve).
+		in.log.Warn().Err(err).Msg("telling the source the VM runs here")
+		return nil
+	}
+	in.sendBeat(ctx, resumed)
+	return nil
+}
+
+// sendBeat sends the guest's first heartbeat after the resume, if one
+// comes in time.
+func (in *arriving) sendBeat(ctx context.Context, resumed time.Time) {
+	b := beat{}
+	if beats := in.landing.Beats(); beats != nil {
+		bctx, cancel := context.WithTimeout(ctx, in.d.opts.Timeouts.Beat)
+		first, ok := beats.FirstAfter(bctx, resumed)
+		cancel()
+		b = beat{OK: ok, Value: first.Value, At: first.At}
+	}
+	_ = in.ctl.SetWriteDeadline(time.Now().Add(in.d.opts.Timeouts.Message))
+	_ = writeMsg(in.ctl, b)
+}

@@ -1,0 +1,169 @@
+package orchestrator
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/gmig-dev/gmig/dirty"
+	"github.com/gmig-dev/gmig/precopy"
+)
+
+// Report is one migration as a user sees it.
+type Report struct {
+	ID       string           `json:"id"`
+	VGPU     string           `json:"vgpu"`
+	Strategy precopy.Strategy `json:"strategy"`
+
+	// Downtime is the guest's pause to its resume on the host clocks: from
+	// the moment the source VMM stopped the VM (PausedAt, source clock) to
+	// the moment the destination VMM ran it again (ResumedAt, destination
+	// clock). Terms divide it into consecutive parts that never overlap
+	// and add up to it.
+	Downtime  time.Duration `json:"downtime_ns"`
+	PausedAt  time.Time     `json:"paused_at"`
+	ResumedAt time.Time     `json:"resumed_at"`
+	Terms     []Term        `json:"terms"`
+	// ClockSkewSuspect is set when a term that spans both hosts' clocks
+	// came out negative: the two clocks disagree, and Downtime and those
+	// terms carry the skew.
+	ClockSkewSuspect bool `json:"clock_skew_suspect,omitempty"`
+
+	// GuestGap is the guest-observed downtime: the host-clock gap between
+	// the guest's last heartbeat on the source and its first on the
+	// destination (zero, GuestBeats false, when the guest writes none).
+	GuestGap   time.Duration `json:"guest_gap_ns"`
+	GuestBeats bool          `json:"guest_beats"`
+
+	// VMM is the VMM's own migration at the end; VMM.Downtime is its own
+	// downtime figure (QEMU: stop to completion on the source).
+	VMM VMMProgress `json:"vmm"`
+	// VGPU is the vGPU's migration: pre-copy and stop phase in detail.
+	Precopy precopy.Report `json:"precopy"`
+
+	VGPULive     time.Duration `json:"vgpu_live_ns"` // the vGPU's live phase
+	VMMLive      time.Duration `json:"vmm_live_ns"`  // the VMM's own migration before its pause
+	Total        time.Duration `json:"total_ns"`     // the whole migration, first message to the end
+	ConfigWrites int           `json:"config_writes"`
+}
+
+// Term is one consecutive part of the downtime.
+type Term struct {
+	Name string        `json:"name"`
+	D    time.Duration `json:"ns"`
+}
+
+// Term names, in the order they happen (docs/operator-guide.md explains
+// each).
+const (
+	TermPause      = "vm pause"            // the VMM stopped the VM → the stop phase starts
+	TermQuiesce    = "vgpu quiesce"        // the command in flight finishes
+	TermScan       = "final dirty scan"    // hashes and marks → the pages to send
+	TermTransfer   = "vgpu transfer"       // dirty pages, state and API log written
+	TermRestore    = "vgpu restore"        // destination: state decoded and restored
+	TermReplay     = "api log replay"      // destination: log replayed into the state
+	TermVerdict    = "stream tail+verdict" // the stream's tail in flight, the verdict's way back
+	TermSwitchover = "vmm switchover"      // the VMM's own remaining RAM and devices
+	TermCommit     = "commit"              // the commit's way to the destination
+	TermLoad       = "vmm load"            // destination VMM finishes loading
+	TermFrontEnd   = "front-end restore"   // PCI config replayed into the VMM
+	TermEngine     = "engine resume"       // the vGPU's engine runs again
+	TermResume     = "vm resume"           // the VMM runs the VM
+)
+
+// sourceTimes are the source's timestamps, on its clock.
+type sourceTimes struct {
+	paused, stopStart, stopEnd, switched time.Time
+}
+
+// terms divides paused → resumed into consecutive parts from both sides'
+// timestamps and the stop phase's own measurements.
+func terms(s sourceTimes, st precopy.StopReport, d DestTimes) (out []Term, skew bool) {
+	// Wall-clock readings only: the destination's came over the wire
+	// without Go's monotonic reading, and differences must telescope.
+	s.paused, s.stopStart, s.stopEnd, s.switched = s.paused.Round(0), s.stopStart.Round(0), s.stopEnd.Round(0), s.switched.Round(0)
+	stop := s.stopEnd.Sub(s.stopStart)
+	inStop := st.Quiesce + st.Scan + st.Transfer + st.Restore + st.Replay
+	out = []Term{
+		{TermPause, s.stopStart.Sub(s.paused)},
+		{TermQuiesce, st.Quiesce},
+		{TermScan, st.Scan},
+		{TermTransfer, st.Transfer},
+		{TermRestore, st.Restore},
+		{TermReplay, st.Replay},
+		{TermVerdict, stop - inStop},
+		{TermSwitchover, s.switched.Sub(s.stopEnd)},
+		{TermCommit, d.CommitReceived.Sub(s.switched)},
+		{TermLoad, d.Loaded.Sub(d.CommitReceived)},
+		{TermFrontEnd, d.FrontEnd.Sub(d.Loaded)},
+		{TermEngine, d.EngineRun.Sub(d.FrontEnd)},
+		{TermResume, d.Resumed.Sub(d.EngineRun)},
+	}
+	for _, t := range out {
+		if t.D < 0 {
+			skew = true
+		}
+	}
+	return out, skew
+}
+
+// Term returns the named term's duration (zero if absent).
+func (r Report) Term(name string) time.Duration {
+	for _, t := range r.Terms {
+		if t.Name == name {
+			return t.D
+		}
+	}
+	return 0
+}
+
+// String is the human-readable report, times in milliseconds.
+func (r Report) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "migration %s of vGPU %s (%s)\n", r.ID, r.VGPU, r.Strategy)
+	fmt.Fprintf(&b, "  downtime (pause -> resume, host clock)  %s ms\n", ms(r.Downtime))
+	for _, t := range r.Terms {
+		fmt.Fprintf(&b, "    %-22s %9s ms\n", t.Name, ms(t.D))
+	}
+	if r.ClockSkewSuspect {
+		fmt.Fprintf(&b, "    (a term spanning both hosts is negative: their clocks disagree; the downtime carries the skew)\n")
+	}
+	if r.GuestBeats {
+		fmt.Fprintf(&b, "  guest-observed downtime (largest heartbeat gap)  %s ms\n", ms(r.GuestGap))
+	} else {
+		fmt.Fprintf(&b, "  guest-observed downtime: no guest heartbeats seen\n")
+	}
+	if r.VMM.Total > 0 {
+		fmt.Fprintf(&b, "  VMM: RAM %s sent of %s; its own downtime figure %s ms (source stop to completion)\n",
+			mib(r.VMM.Transferred), mib(r.VMM.Total), ms(r.VMM.Downtime))
+	}
+	p, s := r.Precopy.Precopy, r.Precopy.Stop
+	fmt.Fprintf(&b, "  vGPU pre-copy %s ms (%d round(s)): %d pages (%d zero), %s\n",
+		ms(p.Duration), p.Rounds, p.Pages, p.ZeroPages, mib(p.Bytes))
+	fmt.Fprintf(&b, "  vGPU at the stop: %d dirty pages (%s), %d hashed, %s sent\n",
+		s.DirtyPages, bySource(s.BySource), s.PagesHashed, mib(s.Bytes))
+	a := r.Precopy.APILog
+	fmt.Fprintf(&b, "  API log: %d entries (%d B) raw -> %d (%d B) compacted; %d config writes replayed\n",
+		a.RawEntries, a.RawBytes, a.CompactedEntries, a.CompactedBytes, r.ConfigWrites)
+	fmt.Fprintf(&b, "  phases: vGPU live %s ms, VMM live %s ms, whole migration %s ms\n",
+		ms(r.VGPULive), ms(r.VMMLive), ms(r.Total))
+	return b.String()
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d)/float64(time.Millisecond)) }
+
+func mib(n uint64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
+
+// bySource lists the nonzero counts by dirty source, "none" if all zero.
+func bySource(n [dirty.NumSources]int) string {
+	var parts []string
+	for s, c := range n {
+		if c > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", dirty.Source(s), c))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,403 @@
+package orchestrator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gmig-dev/gmig/internal/vgpu"
+	"github.com/gmig-dev/gmig/precopy"
+)
+
+// Errors callers branch on.
+var (
+	// ErrRolledBack wraps every failure after which the source runs on:
+	// the VM and its vGPU are live here, the destination kept nothing.
+	ErrRolledBack = errors.New("orchestrator: migration failed; the VM runs on at the source")
+	// ErrOutcomeUnknown is a commit whose outcome the source could not
+	// learn: the destination did not answer and could not be asked. The
+	// VM stays paused here and its vGPU quiesced — it may be running at
+	// the destination, and two live copies must never exist. Ask the
+	// destination (Resolve) once it can be reached.
+	ErrOutcomeUnknown = errors.New("orchestrator: migration outcome unknown; the VM stays paused at the source")
+)
+
+// Source is one outgoing migration: a vGPU, the VM that uses it, and the
+// destination gmigd.
+type Source struct {
+	VGPU  *vgpu.VGPU
+	VM    SourceVM
+	Beats *Heartbeats // the vGPU's heartbeats on this host; nil: none
+	// Peer is the destination gmigd's migration address (host:port).
+	Peer      string
+	Transport Transport // nil: TCP
+	// VMKind and VMSpec describe the VM for the destination's Host
+	// (Prepare).
+	VMKind string
+	VMSpec json.RawMessage
+	// Name is the vGPU's name at the destination ("" keeps its own).
+	Name     string
+	Precopy  precopy.Options
+	Timeouts Timeouts
+	// Progress, if set, receives snapshots while the migration runs (from
+	// another goroutine; calls do not overlap).
+	Progress func(Progress)
+	// OnResolved, if set, makes a migration that ends with
+	// ErrOutcomeUnknown go on asking the destination in the background
+	// until it answers; then the source is released (the destination runs
+	// the VM: destinationRuns true) or rolled back (it does not: the VM
+	// runs here again), and OnResolved is called with the answer.
+	OnResolved func(destinationRuns bool)
+	Log        zerolog.Logger
+}
+
+// Migrate moves the VM and its vGPU to the destination (doc.go, "The
+// sequence"). On success the VM runs at the destination and has been
+// released here (SourceVM.Release); the caller destroys the source vGPU.
+// On an error that wraps ErrRolledBack the VM and vGPU run on here. On
+// ErrOutcomeUnknown the VM is paused and the vGPU quiesced: the caller
+// keeps both until Resolve says which side owns the VM.
+func Migrate(ctx context.Context, s Source) (Report, error) {
+	m := &outgoing{Source: s, id: newID(), start: time.Now()}
+	if m.Transport == nil {
+		m.Transport = TCP{}
+	}
+	m.Timeouts = m.Timeouts.withDefaults()
+	m.log = s.Log.With().Str("migration", m.id).Str("vgpu", s.VGPU.Name()).Str("peer", s.Peer).Logger()
+	m.rep = Report{ID: m.id, VGPU: s.VGPU.Name(), Strategy: s.Precopy.Strategy}
+	if m.rep.Strategy == "" {
+		m.rep.Strategy = precopy.OneShot
+	}
+	m.progress = newReporter(m.id, s.Progress, s.VM.Progress)
+	defer m.progress.close()
+	err := m.run(ctx)
+	m.rep.Total = time.Since(m.start)
+	if err != nil {
+		return m.rep, err
+	}
+	m.progress.enter(PhaseDone)
+	m.log.Info().Dur("downtime", m.rep.Downtime).Dur("guest_gap", m.rep.GuestGap).
+		Int("stop_pages", m.rep.Precopy.Stop.DirtyPages).Msg("migration done")
+	return m.rep, nil
+}
+
+// outgoing is one Migrate's state.
+type outgoing struct {
+	Source
+	id       string
+	start    time.Time
+	log      zerolog.Logger
+	rep      Report
+	progress *reporter
+
+	ctl      net.Conn
+	data     net.Conn
+	src      *precopy.Source
+	instance string // the destination gmigd's run
+	times    sourceTimes
+}
+
+func (m *outgoing) run(ctx context.Context) error {
+	defer func() {
+		for _, c := range []net.Conn{m.ctl, m.data} {
+			if c != nil {
+				c.Close()
+			}
+		}
+	}()
+	m.progress.enter(PhasePrepare)
+	incoming, err := m.prepare(ctx)
+	if err != nil {
+		return m.rollback(ctx, "prepare", err)
+	}
+	if err := m.live(ctx, incoming); err != nil {
+		return m.rollback(ctx, "pre-copy", err)
+	}
+	if err := m.stop(ctx); err != nil {
+		return m.rollback(ctx, "stop phase", err)
+	}
+	m.progress.enter(PhaseSwitchover)
+	if err := m.VM.Switchover(ctx); err != nil {
+		return m.rollback(ctx, "VMM switchover", err)
+	}
+	m.times.switched = time.Now()
+	m.rep.VMM = m.VM.Progress()
+	m.progress.enter(PhaseCommit)
+	d, err := m.commit(ctx)
+	if err != nil {
+		return err
+	}
+	m.finish(ctx, d)
+	return nil
+}
+
+// prepare opens the control connection and asks the destination for a
+// vGPU and a VM like ours; it returns where the VMM migrates to.
+func (m *outgoing) prepare(ctx context.Context) (string, error) {
+	cfg := m.VGPU.Config()
+	name := m.Name
+	if name == "" {
+		name = cfg.Name
+	}
+	var err error
+	if m.ctl, err = m.dial(ctx, kindMigrate); err != nil {
+		return "", err
+	}
+	p := Prepare{
+		ID:       m.id,
+		VGPU:     VGPUSpec{Name: name, MemSize: cfg.MemSize, GTTEntries: cfg.GTTEntries},
+		VMKind:   m.VMKind,
+		VM:       m.VMSpec,
+		Strategy: m.rep.Strategy,
+	}
+	var r ready
+	err = exchange(m.ctl, m.Timeouts.Message, p, &r)
+	switch {
+	case err != nil:
+		return "", err
+	case r.Error != "":
+		return "", fmt.Errorf("orchestrator: the destination refused: %s", r.Error)
+	}
+	m.instance = r.Instance
+	m.log.Info().Str("incoming", r.Incoming).Msg("destination ready")
+	return r.Incoming, nil
+}
+
+// live runs the vGPU's live phase, then starts the VMM's migration and
+// waits for the VMM to pause the VM.
+func (m *outgoing) live(ctx context.Context, incoming string) error {
+	var err error
+	if m.data, err = m.dial(ctx, kindData); err != nil {
+		return err
+	}
+	opts := m.Precopy
+	opts.Log = m.log
+	if m.src, err = precopy.NewSource(m.VGPU, m.data, opts); err != nil {
+		return err
+	}
+	m.progress.track(m.src.Sent, uint64(m.src.Pages()))
+	m.progress.enter(PhaseVGPULive)
+	t := time.Now()
+	if err := m.src.Precopy(ctx); err != nil {
+		return err
+	}
+	m.rep.VGPULive = time.Since(t)
+
+	// The VMM's migration starts only now, so the VM is never paused
+	// before the vGPU's live phase has ended (QEMU 11.1 cannot be told to
+	// hold its switchover: docs/migration-protocol.md, "Ordering").
+	m.progress.enter(PhaseVMMLive)
+	t = time.Now()
+	if err := m.VM.Migrate(ctx, incoming); err != nil {
+		return fmt.Errorf("starting the VMM's migration: %w", err)
+	}
+	paused, err := m.VM.WaitPaused(ctx)
+	if err != nil {
+		return fmt.Errorf("waiting for the VMM to pause the VM: %w", err)
+	}
+	m.rep.VMMLive = time.Since(t)
+	m.times.paused = paused
+	return nil
+}
+
+// stop runs the vGPU's stop phase with the VM paused.
+func (m *outgoing) stop(ctx context.Context) error {
+	m.progress.enter(PhaseStop)
+	m.times.stopStart = time.Now()
+	rep, err := m.src.Stop(ctx)
+	m.times.stopEnd = time.Now()
+	m.rep.Precopy = rep
+	return err
+}
+
+// commit sends the decision and learns the outcome; on any outcome but
+// the destination running the VM, the source runs on.
+func (m *outgoing) commit(ctx context.Context) (DestTimes, error) {
+	var c committed
+	err := exchange(m.ctl, m.Timeouts.Decision, decision{Commit: true}, &c)
+	if err == nil {
+		if c.OK {
+			return c.Times, nil
+		}
+		return DestTimes{}, m.rollback(ctx, "commit", fmt.Errorf("the destination could not resume the VM: %s", c.Error))
+	}
+	m.log.Warn().Err(err).Msg("commit unanswered; asking the destination what became of it")
+	state, qerr := Resolve(ctx, m.Transport, m.Peer, m.id, m.Timeouts.Resolve)
+	switch {
+	case qerr != nil:
+		m.log.Error().Err(qerr).Msg("migration outcome unknown; the VM stays paused here")
+		if m.OnResolved != nil {
+			go m.resolveLater()
+		}
+		return DestTimes{}, fmt.Errorf("%w: %w", ErrOutcomeUnknown, qerr)
+	case state == outcomeResumed:
+		// The destination runs the VM; only its timestamps were lost.
+		return DestTimes{}, nil
+	}
+	return DestTimes{}, m.rollback(ctx, "commit", fmt.Errorf("%w (the destination says %q)", err, state))
+}
+
+// resolveLater asks the destination until it answers, then releases or
+// rolls back the source and tells OnResolved.
+func (m *outgoing) resolveLater() {
+	ctx := context.Background()
+	for {
+		state, err := Resolve(ctx, m.Transport, m.Peer, m.id, m.Timeouts.Resolve)
+		if err != nil {
+			m.log.Warn().Err(err).Msg("migration outcome still unknown; asking again")
+			continue
+		}
+		runs := state == outcomeResumed
+		if runs {
+			m.src.Close()
+			if err := m.VM.Release(ctx); err != nil {
+				m.log.Warn().Err(err).Msg("releasing the VM at the source")
+			}
+		} else {
+			m.src.Rollback()
+			if err := m.VM.Resume(ctx); err != nil {
+				m.log.Error().Err(err).Msg("resuming the VM at the source")
+			}
+		}
+		m.log.Info().Str("outcome", state).Msg("migration outcome resolved")
+		m.OnResolved(runs)
+		return
+	}
+}
+
+// finish releases the VM here and completes the report.
+func (m *outgoing) finish(ctx context.Context, d DestTimes) {
+	m.src.Close()
+	if err := m.VM.Release(ctx); err != nil {
+		m.log.Warn().Err(err).Msg("releasing the VM at the source")
+	}
+	m.rep.ConfigWrites = d.ConfigWrites
+	if !d.Resumed.IsZero() {
+		m.rep.PausedAt, m.rep.ResumedAt = m.times.paused.Round(0), d.Resumed.Round(0)
+		m.rep.Downtime = m.rep.ResumedAt.Sub(m.rep.PausedAt)
+		m.rep.Terms, m.rep.ClockSkewSuspect = terms(m.times, m.rep.Precopy.Stop, d)
+	}
+	m.guestGap()
+}
+
+// guestGap reads the destination's first heartbeat after the resume and
+// sets the guest-observed downtime.
+func (m *outgoing) guestGap() {
+	if m.Beats == nil {
+		return
+	}
+	last, ok := m.Beats.Last()
+	if !ok {
+		return
+	}
+	var b beat
+	_ = m.ctl.SetDeadline(time.Now().Add(m.Timeouts.Beat + m.Timeouts.Message))
+	if err := readMsg(m.ctl, &b); err != nil || !b.OK {
+		return
+	}
+	m.rep.GuestBeats = true
+	m.rep.GuestGap = b.At.Round(0).Sub(last.At.Round(0))
+}
+
+// rollback ends a failed migration with the source running: the vGPU
+// resumes (precopy.Source.Rollback), the VMM's migration is cancelled and
+// the VM resumed, and the destination is told to discard what it built.
+func (m *outgoing) rollback(ctx context.Context, phase string, cause error) error {
+	m.progress.enter(PhaseRollback)
+	if m.src != nil {
+		m.src.Rollback()
+	}
+	// Resuming must not be cut short by the ctx that failed.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.Timeouts.Message)
+	defer cancel()
+	rerr := m.VM.Resume(rctx)
+	if m.ctl != nil {
+		_ = m.ctl.SetWriteDeadline(time.Now().Add(time.Second))
+		_ = writeMsg(m.ctl, decision{Reason: fmt.Sprintf("%s: %v", phase, cause)})
+	}
+	err := fmt.Errorf("%w: %s: %w", ErrRolledBack, phase, cause)
+	if rerr != nil {
+		err = fmt.Errorf("%w; resuming the VM here failed too: %w", err, rerr)
+	}
+	m.log.Warn().Err(err).Msg("migration rolled back")
+	return err
+}
+
+// dial opens a connection of kind for this migration.
+func (m *outgoing) dial(ctx context.Context, kind string) (net.Conn, error) {
+	return dialHello(ctx, m.Transport, m.Peer, hello{Version: ProtocolVersion, Kind: kind, ID: m.id}, m.Timeouts.Message)
+}
+
+func dialHello(ctx context.Context, t Transport, peer string, h hello, timeout time.Duration) (net.Conn, error) {
+	dctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	c, err := t.Dial(dctx, peer)
+	if err != nil {
+		return nil, err
+	}
+	_ = c.SetWriteDeadline(time.Now().Add(timeout))
+	if err := writeMsg(c, h); err != nil {
+		c.Close()
+		return nil, err
+	}
+	_ = c.SetWriteDeadline(time.Time{})
+	return c, nil
+}
+
+// exchange sends req and reads the answer into resp within timeout.
+func exchange(c net.Conn, timeout time.Duration, req, resp any) error {
+	_ = c.SetDeadline(time.Now().Add(timeout))
+	defer c.SetDeadline(time.Time{})
+	if err := writeMsg(c, req); err != nil {
+		return err
+	}
+	return readMsg(c, resp)
+}
+
+// Resolve asks the destination at peer what became of migration id, again
+// and again until it answers with a final outcome or timeout passes. It
+// returns "resumed" (the destination runs the VM), "aborted" or "unknown"
+// (it does not: the source may resume), or an error when no final answer
+// came.
+func Resolve(ctx context.Context, t Transport, peer, id string, timeout time.Duration) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	wait := 100 * time.Millisecond
+	var last error
+	for {
+		state, err := query(ctx, t, peer, id)
+		if err == nil && state != outcomePending {
+			return state, nil
+		}
+		if err != nil {
+			last = err
+		} else {
+			last = errors.New("the destination has not decided yet")
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("orchestrator: asking %s about migration %s: %w", peer, id, last)
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+func query(ctx context.Context, t Transport, peer, id string) (string, error) {
+	c, err := dialHello(ctx, t, peer, hello{Version: ProtocolVersion, Kind: kindQuery, ID: id}, 5*time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	var o outcome
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if err := readMsg(c, &o); err != nil {
+		return "", err
+	}
+	return o.State, nil
+}

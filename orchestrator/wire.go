@@ -1,0 +1,146 @@
+package orchestrator
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/gmig-dev/gmig/precopy"
+)
+
+// The conversation between two gmigd (docs/migration-protocol.md): every
+// connection opens with a hello; control messages are length-prefixed JSON
+// (a 4-byte big-endian length, then the JSON); a data connection carries
+// the precopy stream after its hello.
+
+// ProtocolVersion is the version of this conversation; a peer refuses any
+// other.
+const ProtocolVersion = 1
+
+// maxMessage bounds one control message (a VM spec is a command line).
+const maxMessage = 1 << 20
+
+// Connection kinds, the hello's Kind.
+const (
+	kindMigrate = "migrate" // the control connection of one migration
+	kindData    = "data"    // the vGPU stream of one migration
+	kindQuery   = "query"   // asks a migration's outcome
+)
+
+type hello struct {
+	Version int    `json:"version"`
+	Kind    string `json:"kind"`
+	ID      string `json:"id"`
+}
+
+// VGPUSpec is what the destination needs to create the incoming vGPU.
+type VGPUSpec struct {
+	Name       string `json:"name"`
+	MemSize    uint64 `json:"mem_size"`
+	GTTEntries uint32 `json:"gtt_entries"`
+}
+
+// Prepare is what a source asks of the destination: a vGPU like its own,
+// and a VM like its own, paused, waiting for the migration.
+type Prepare struct {
+	ID   string   `json:"id"`
+	VGPU VGPUSpec `json:"vgpu"`
+	// VMKind names the VMM ("qemu", "sim"); VM is its own description of
+	// the VM (for QEMU its configuration), opaque to the orchestrator.
+	VMKind   string           `json:"vm_kind"`
+	VM       json.RawMessage  `json:"vm,omitempty"`
+	Strategy precopy.Strategy `json:"strategy"`
+}
+
+type ready struct {
+	Error    string `json:"error,omitempty"`
+	Incoming string `json:"incoming,omitempty"`
+	Instance string `json:"instance"` // the destination gmigd's run, for outcome queries
+}
+
+// decision is the source's last word: commit, or abort with a reason.
+type decision struct {
+	Commit bool   `json:"commit"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// DestTimes are the destination's timestamps at the end of a migration, on
+// its own clock.
+type DestTimes struct {
+	CommitReceived time.Time `json:"commit_received"`
+	Loaded         time.Time `json:"loaded"`     // the VMM had loaded the VM
+	FrontEnd       time.Time `json:"front_end"`  // the front end was restored
+	EngineRun      time.Time `json:"engine_run"` // the vGPU's engine runs
+	Resumed        time.Time `json:"resumed"`    // the VM runs (the VMM's own timestamp)
+	ConfigWrites   int       `json:"config_writes"`
+}
+
+type committed struct {
+	OK    bool      `json:"ok"`
+	Error string    `json:"error,omitempty"`
+	Times DestTimes `json:"times"`
+}
+
+// beat is the first guest heartbeat the destination saw after the resume.
+type beat struct {
+	OK    bool      `json:"ok"`
+	Value uint64    `json:"value,omitempty"`
+	At    time.Time `json:"at,omitempty"`
+}
+
+// Outcomes of a migration at the destination.
+const (
+	outcomePending   = "pending" // still undecided: ask again
+	outcomeResumed   = "resumed" // the destination runs the VM
+	outcomeAborted   = "aborted" // the destination discarded it and never ran it
+	outcomeUnknownID = "unknown" // never heard of it (a restarted gmigd: its VMs died with it)
+)
+
+type outcome struct {
+	State    string `json:"state"`
+	Instance string `json:"instance"`
+}
+
+var errMessageSize = errors.New("orchestrator: message too large")
+
+// writeMsg sends v as one length-prefixed JSON message.
+func writeMsg(w io.Writer, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("orchestrator: encoding %T: %w", v, err)
+	}
+	if len(b) > maxMessage {
+		return fmt.Errorf("%w: %d bytes", errMessageSize, len(b))
+	}
+	buf := make([]byte, 4, 4+len(b))
+	binary.BigEndian.PutUint32(buf, uint32(len(b)))
+	if _, err := w.Write(append(buf, b...)); err != nil {
+		return fmt.Errorf("orchestrator: sending %T: %w", v, err)
+	}
+	return nil
+}
+
+// readMsg reads one length-prefixed JSON message into v. It reads exactly
+// the message, so a stream that follows it on the same connection is left
+// untouched.
+func readMsg(r io.Reader, v any) error {
+	var n [4]byte
+	if _, err := io.ReadFull(r, n[:]); err != nil {
+		return fmt.Errorf("orchestrator: reading %T: %w", v, err)
+	}
+	size := binary.BigEndian.Uint32(n[:])
+	if size > maxMessage {
+		return fmt.Errorf("%w: %d bytes announced", errMessageSize, size)
+	}
+	b := make([]byte, size)
+	if _, err := io.ReadFull(r, b); err != nil {
+		return fmt.Errorf("orchestrator: reading %T: %w", v, err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("orchestrator: malformed %T: %w", v, err)
+	}
+	return nil
+}
