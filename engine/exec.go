@@ -175,6 +175,8 @@ func (e *Engine) exec(c Command) result {
 		return e.execKernelUnload(c)
 	case Launch:
 		return e.execLaunch(c)
+	case KernelLoadModule:
+		return e.execKernelLoadModule(c)
 	}
 	return fail(abi.ErrCommand, fmt.Errorf("%w: no handler for %T", ErrBadArgs, c))
 }
