@@ -71,14 +71,14 @@ type NVIDIAStats struct {
 // Like every Backend it is used by one goroutine at a time (the engine's).
 type NVIDIA struct {
 	g    *GPU
-	dev  *cuda.Device
+	dev  gpuDevice
 	cfg  NVIDIAConfig
 	log  zerolog.Logger
 	size uint64 // window bytes
 
 	stream cuda.Stream
-	host   cuda.DevPtr   // device address of the registered window
-	mirror *cuda.Mapping // graphics memory on the device
+	host   cuda.DevPtr // device address of the registered window
+	mirror gpuMapping  // graphics memory on the device
 	pend   *pending
 
 	table    []nvPiece // pinned, device-mapped piece table
@@ -116,7 +116,7 @@ func NewNVIDIA(cfg NVIDIAConfig) (*NVIDIA, error) {
 	if n == 0 || n%pageBytes != 0 {
 		return nil, fmt.Errorf("engine: NVIDIA back end over a window of %d bytes (want whole pages)", n)
 	}
-	b := &NVIDIA{g: cfg.GPU, dev: cfg.GPU.dev, cfg: cfg, size: n, pend: newPending(int(n / pageBytes))}
+	b := &NVIDIA{g: cfg.GPU, dev: cfg.GPU.ops, cfg: cfg, size: n, pend: newPending(int(n / pageBytes))}
 	b.log = cfg.Log.With().Str("gpu", cfg.GPU.Info().PCIBusID).Logger()
 	if err := b.open(); err != nil {
 		b.Close()
@@ -125,7 +125,7 @@ func NewNVIDIA(cfg NVIDIAConfig) (*NVIDIA, error) {
 	if cfg.Modules {
 		b.mods = newModuleSet()
 	}
-	b.log.Debug().Uint64("bytes", n).Uint64("mirror", uint64(b.mirror.Base)).Msg("engine: NVIDIA back end ready")
+	b.log.Debug().Uint64("bytes", n).Uint64("mirror", uint64(b.mirror.Addr())).Msg("engine: NVIDIA back end ready")
 	return b, nil
 }
 
@@ -192,7 +192,7 @@ func (b *NVIDIA) Name() string { return "nvidia" }
 func (b *NVIDIA) Stats() NVIDIAStats { return b.stats }
 
 // MirrorBase is the device address of graphics-memory byte 0 on the device.
-func (b *NVIDIA) MirrorBase() uint64 { return uint64(b.mirror.Base) }
+func (b *NVIDIA) MirrorBase() uint64 { return uint64(b.mirror.Addr()) }
 
 // spans converts extents to window-relative spans, checking bounds.
 func (b *NVIDIA) spans(xs []gtt.Extent) ([]span, uint64, error) {
@@ -235,7 +235,7 @@ func appendPiece(ps []nvPiece, src, dst, n uint64) []nvPiece {
 // from the mirror where a command's output is pending, else from the
 // window itself over PCIe.
 func (b *NVIDIA) sourcePieces(ps []nvPiece, off, n, dst uint64) []nvPiece {
-	host, dev := uint64(b.host), uint64(b.mirror.Base)
+	host, dev := uint64(b.host), uint64(b.mirror.Addr())
 	forPages(span{off, n}, func(p, a, e uint64) {
 		base := p * pageBytes
 		at := func(x uint64) uint64 { return dst + base + x - off }
@@ -292,7 +292,7 @@ func (b *NVIDIA) gatherPieces(ps []nvPiece, src []span, dst uint64) []nvPiece {
 // scatterPieces copies device memory at src, in order, over the mirror
 // bytes of dst.
 func (b *NVIDIA) scatterPieces(ps []nvPiece, src uint64, dst []span) []nvPiece {
-	dev := uint64(b.mirror.Base)
+	dev := uint64(b.mirror.Addr())
 	var k uint64
 	for _, s := range dst {
 		ps = appendPiece(ps, src+k, dev+s.off, s.n)
@@ -370,7 +370,7 @@ func (b *NVIDIA) markWritten(spans []span) error {
 		return cmpU64(x.a, y.a)
 	})
 	var gaps []nvPiece
-	host, dev := uint64(b.host), uint64(b.mirror.Base)
+	host, dev := uint64(b.host), uint64(b.mirror.Addr())
 	gap := func(p, x, y uint64) {
 		if y > x {
 			gaps = appendPiece(gaps, host+p*pageBytes+x, dev+p*pageBytes+x, y-x)
@@ -426,7 +426,7 @@ func (b *NVIDIA) writeBackAll() error {
 	list := slices.Clone(b.pend.list)
 	slices.Sort(list)
 	var ps []nvPiece
-	host, dev := uint64(b.host), uint64(b.mirror.Base)
+	host, dev := uint64(b.host), uint64(b.mirror.Addr())
 	prev := int64(-1)
 	for _, p32 := range list {
 		p := uint64(p32)
@@ -453,7 +453,7 @@ func (b *NVIDIA) writeBackSpans(spans []span) error {
 		return nil
 	}
 	var ps []nvPiece
-	host, dev := uint64(b.host), uint64(b.mirror.Base)
+	host, dev := uint64(b.host), uint64(b.mirror.Addr())
 	for _, s := range spans {
 		forPages(s, func(p, _, _ uint64) {
 			if lo, hi, ok := b.pend.get(p); ok {

@@ -3,6 +3,7 @@ package engine
 import (
 	_ "embed"
 	"fmt"
+	"os"
 	"sync"
 
 	"github.com/gmig-dev/gmig/internal/cuda"
@@ -17,7 +18,8 @@ var kernelsPTX []byte
 // process share it: the device with its primary context and gmig's own
 // kernels, loaded once.
 type GPU struct {
-	dev  *cuda.Device
+	dev  *cuda.Device // nil for a modelled device (tests)
+	ops  gpuDevice
 	fn   gpuKernels
 	fill int // blocks that fill the device at full occupancy (grid-stride kernels)
 }
@@ -37,11 +39,18 @@ var (
 
 // OpenGPU returns GPU ordinal with gmig's kernels loaded, once per process.
 // Without a driver or a device the error wraps cuda.ErrNoDriver or
-// cuda.ErrNoDevice.
+// cuda.ErrNoDevice. With GMIG_CUDA_MODEL=1 in the environment it returns a
+// software model of a GPU instead (nvidia_model.go): for testing the back
+// end's logic where there is none.
 func OpenGPU(ordinal int) (*GPU, error) {
 	gpuMu.Lock()
 	defer gpuMu.Unlock()
 	if g, ok := gpus[ordinal]; ok {
+		return g, nil
+	}
+	if os.Getenv("GMIG_CUDA_MODEL") == "1" {
+		g := newModelGPU()
+		gpus[ordinal] = g
 		return g, nil
 	}
 	drv, err := cuda.Open()
@@ -64,7 +73,7 @@ func OpenGPU(ordinal int) (*GPU, error) {
 	if err != nil {
 		return nil, fmt.Errorf("engine: loading gmig's kernels: %w", err)
 	}
-	g := &GPU{dev: dev, fill: 1024}
+	g := &GPU{dev: dev, ops: cudaDevice{dev}, fill: 1024}
 	for _, k := range []struct {
 		f    *cuda.Function
 		name string
@@ -93,7 +102,12 @@ func OpenGPU(ordinal int) (*GPU, error) {
 func (g *GPU) Device() *cuda.Device { return g.dev }
 
 // Info describes the GPU.
-func (g *GPU) Info() cuda.DeviceInfo { return g.dev.Info() }
+func (g *GPU) Info() cuda.DeviceInfo {
+	if g.dev == nil {
+		return cuda.DeviceInfo{Name: "model", PCIBusID: "model"}
+	}
+	return g.dev.Info()
+}
 
 // Block sizes of the launches (threads per block; multiples of 32, as
 // gmig_xxh64_pages needs).
@@ -107,4 +121,13 @@ const (
 func (g *GPU) gridFor(n uint64) uint32 {
 	b := (n + blockThreads - 1) / blockThreads
 	return uint32(max(1, min(b, uint64(g.fill)*2)))
+}
+
+// SetKernelsPTX replaces the embedded kernels with image for GPUs opened
+// from now on: for testing a freshly built kernels.ptx before it is
+// committed (GMIG_CUDA_PTX in the cuda-tagged tests and gmig-nvbench).
+func SetKernelsPTX(image []byte) {
+	gpuMu.Lock()
+	defer gpuMu.Unlock()
+	ptxHook = image
 }

@@ -43,11 +43,11 @@ func (g *GPU) NewHasher(base cuda.DevPtr, pages int, where string) (*GPUHasher, 
 	}
 	h := &GPUHasher{g: g, base: base, pages: pages, batch: min(pages, hashBatch), where: where}
 	var err error
-	if h.stream, err = g.dev.NewStream(); err != nil {
+	if h.stream, err = g.ops.NewStream(); err != nil {
 		return nil, err
 	}
-	if h.listB, h.listD, err = g.dev.AllocHostMapped(uint64(4 * h.batch)); err == nil {
-		h.outB, h.outD, err = g.dev.AllocHostMapped(uint64(8 * h.batch))
+	if h.listB, h.listD, err = g.ops.AllocHostMapped(uint64(4 * h.batch)); err == nil {
+		h.outB, h.outD, err = g.ops.AllocHostMapped(uint64(8 * h.batch))
 	}
 	if err != nil {
 		h.Close()
@@ -90,10 +90,10 @@ func (h *GPUHasher) HashPages(pages []int, out []uint64) error {
 		}
 		base := uint64(h.base) + first*pageBytes
 		grid := uint32((4*uint64(k) + blockThreads - 1) / blockThreads)
-		if err := h.g.dev.Launch(h.g.fn.hashPages, grid, blockThreads, h.stream, base, uint64(list), uint64(k), uint64(h.outD)); err != nil {
+		if err := h.g.ops.Launch(h.g.fn.hashPages, grid, blockThreads, h.stream, base, uint64(list), uint64(k), uint64(h.outD)); err != nil {
 			return err
 		}
-		if err := h.g.dev.Sync(h.stream); err != nil {
+		if err := h.g.ops.Sync(h.stream); err != nil {
 			return err
 		}
 		copy(out[done:done+k], h.out[:k])
@@ -107,10 +107,10 @@ func (h *GPUHasher) HashPages(pages []int, out []uint64) error {
 // alone (MeasureGPUHash).
 func (h *GPUHasher) HashInto(out cuda.DevPtr) error {
 	grid := uint32((4*uint64(h.pages) + blockThreads - 1) / blockThreads)
-	if err := h.g.dev.Launch(h.g.fn.hashPages, grid, blockThreads, h.stream, uint64(h.base), 0, uint64(h.pages), uint64(out)); err != nil {
+	if err := h.g.ops.Launch(h.g.fn.hashPages, grid, blockThreads, h.stream, uint64(h.base), 0, uint64(h.pages), uint64(out)); err != nil {
 		return err
 	}
-	return h.g.dev.Sync(h.stream)
+	return h.g.ops.Sync(h.stream)
 }
 
 // Close frees the hasher's buffers and stream.
@@ -118,14 +118,14 @@ func (h *GPUHasher) Close() error {
 	var first error
 	for _, b := range [][]byte{h.listB, h.outB} {
 		if b != nil {
-			if err := h.g.dev.FreeHost(b); err != nil && first == nil {
+			if err := h.g.ops.FreeHost(b); err != nil && first == nil {
 				first = err
 			}
 		}
 	}
 	h.listB, h.outB, h.list, h.out = nil, nil, nil, nil
 	if h.stream != 0 {
-		if err := h.g.dev.DestroyStream(h.stream); err != nil && first == nil {
+		if err := h.g.ops.DestroyStream(h.stream); err != nil && first == nil {
 			first = err
 		}
 		h.stream = 0

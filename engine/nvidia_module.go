@@ -37,7 +37,7 @@ type moduleSet struct {
 
 func newModuleSet() *moduleSet { return &moduleSet{byHandle: map[uint32]*gpuModule{}} }
 
-func (s *moduleSet) free(dev *cuda.Device) error {
+func (s *moduleSet) free(dev gpuDevice) error {
 	var first error
 	for _, p := range []*cuda.DevPtr{&s.before, &s.after} {
 		if *p != 0 {
@@ -119,7 +119,7 @@ func (b *NVIDIA) LaunchModule(handle uint32, args []uint64) ([]gtt.Extent, error
 	if err := b.moduleBuffers(pages); err != nil {
 		return nil, err
 	}
-	base := uint64(b.mirror.Base)
+	base := uint64(b.mirror.Addr())
 	if err := b.hashMirror(b.mods.before, pages); err != nil {
 		return nil, err
 	}
@@ -157,7 +157,7 @@ func (b *NVIDIA) LaunchModule(handle uint32, args []uint64) ([]gtt.Extent, error
 // mirror holds all of graphics memory.
 func (b *NVIDIA) syncMirror() error {
 	var ps []nvPiece
-	host, dev := uint64(b.host), uint64(b.mirror.Base)
+	host, dev := uint64(b.host), uint64(b.mirror.Addr())
 	run := func(from, to uint64) {
 		if to > from {
 			ps = appendPiece(ps, host+from, dev+from, to-from)
@@ -195,7 +195,7 @@ func (b *NVIDIA) moduleBuffers(pages uint64) error {
 // hashMirror writes the xxHash64 of every mirror page to out.
 func (b *NVIDIA) hashMirror(out cuda.DevPtr, pages uint64) error {
 	b.stats.HashedBytes += pages * pageBytes
-	return b.launchHash(uint64(b.mirror.Base), 0, pages, out)
+	return b.launchHash(uint64(b.mirror.Addr()), 0, pages, out)
 }
 
 // launchHash runs gmig_xxh64_pages over n pages at base (page numbers
@@ -229,13 +229,13 @@ func (b *NVIDIA) diffPages(pages uint64) ([]uint32, error) {
 // valid; otherwise it stays. It returns where the mirror is. va 0 asks
 // nothing.
 func (b *NVIDIA) Place(va uint64) (uint64, error) {
-	if va != 0 && va != uint64(b.mirror.Base) {
+	if va != 0 && va != uint64(b.mirror.Addr()) {
 		moved, err := b.mirror.Move(cuda.DevPtr(va))
 		if err != nil {
-			return uint64(b.mirror.Base), err
+			return uint64(b.mirror.Addr()), err
 		}
-		b.log.Info().Bool("moved", moved).Uint64("asked", va).Uint64("base", uint64(b.mirror.Base)).
+		b.log.Info().Bool("moved", moved).Uint64("asked", va).Uint64("base", uint64(b.mirror.Addr())).
 			Msg("engine: device mirror placement")
 	}
-	return uint64(b.mirror.Base), nil
+	return uint64(b.mirror.Addr()), nil
 }

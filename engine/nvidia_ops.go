@@ -48,7 +48,7 @@ func (b *NVIDIA) Copy(dst, src []gtt.Extent) error {
 		return b.markWritten(ds)
 	}
 	var ps []nvPiece
-	dev := uint64(b.mirror.Base)
+	dev := uint64(b.mirror.Addr())
 	zip(ss, ds, func(so, do, n uint64) { ps = b.sourcePieces(ps, so, n, dev+do) })
 	if err := b.runPieces(b.g.fn.copyPieces, ps, false); err != nil {
 		return err
@@ -63,7 +63,7 @@ func (b *NVIDIA) Fill(dst []gtt.Extent, pattern uint32) error {
 		return err
 	}
 	var ps []nvPiece
-	dev := uint64(b.mirror.Base)
+	dev := uint64(b.mirror.Addr())
 	var k uint64 // bytes of the run before this piece: its phase is k mod 4
 	for _, s := range ds {
 		for o := uint64(0); o < s.n; o += maxPiece {

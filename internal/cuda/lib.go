@@ -129,25 +129,32 @@ func open() (*Driver, error) {
 // bind resolves every field of d.fn, failing with ErrNoDriver (naming the
 // symbols) if any is missing, rather than panicking as purego would.
 func (d *Driver) bind() error {
-	v := reflect.ValueOf(&d.fn).Elem()
+	if missing := bindFuncs(d.lib, &d.fn, symbolNames); len(missing) > 0 {
+		return fmt.Errorf("%w: %s lacks %v", ErrNoDriver, LibraryName, missing)
+	}
+	return nil
+}
+
+// bindFuncs binds every func field of the struct *fns to the symbol of lib
+// named like the field (or as names says) and returns the symbols it did
+// not find. The fields may be unexported.
+func bindFuncs(lib uintptr, fns any, names map[string]string) (missing []string) {
+	v := reflect.ValueOf(fns).Elem()
 	t := v.Type()
-	var missing []string
 	for i := range t.NumField() {
 		name := t.Field(i).Name
-		if n, ok := symbolNames[name]; ok {
+		if n, ok := names[name]; ok {
 			name = n
 		}
-		sym, err := purego.Dlsym(d.lib, name)
+		sym, err := purego.Dlsym(lib, name)
 		if err != nil || sym == 0 {
 			missing = append(missing, name)
 			continue
 		}
-		purego.RegisterFunc(v.Field(i).Addr().Interface(), sym)
+		f := v.Field(i)
+		purego.RegisterFunc(reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Interface(), sym)
 	}
-	if len(missing) > 0 {
-		return fmt.Errorf("%w: %s lacks %v", ErrNoDriver, LibraryName, missing)
-	}
-	return nil
+	return missing
 }
 
 // Version is the driver's CUDA version, 1000*major + 10*minor (13000 for 13.0).

@@ -217,3 +217,6 @@ func (m *Mapping) Close() error {
 	}
 	return first
 }
+
+// Addr is the mapping's device address (Base).
+func (m *Mapping) Addr() DevPtr { return m.Base }
