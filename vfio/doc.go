@@ -7,8 +7,9 @@
 //
 //	wire.go          message header, command numbers, flags
 //	wire_payload.go  payload structs, encode/decode
-//	transport.go     whole messages with SCM_RIGHTS descriptors
-//	server.go        accept loop and the one request loop per client
+//	transport.go     whole messages with SCM_RIGHTS descriptors, message timeout
+//	accept.go        accept loop: one client at a time, waiting and refusal
+//	server.go        ServeConn and the request loop of the served client
 //	handlers.go      the dispatch table: command number -> handler
 //	version.go       VERSION negotiation and capabilities JSON
 //	dma.go           DMATable: client memory windows (mmap in dma_mmap.go)
@@ -37,13 +38,41 @@
 // vfio-user does not use them, so the server drops MigrationP2P from the
 // device's flags and the device sees the arcs of a device without P2P.
 //
+// # Limits
+//
+// One client is served at a time: the device has one DMA table and one set
+// of interrupt eventfds, and they are the client's. A client that leaves
+// (or is dropped) takes its DMA mappings and eventfds with it; the device
+// keeps its state for the next client.
+//
+// A message must not stall: from its first byte, the whole message
+// (header, payload, descriptors) must arrive within the message timeout
+// (ServerConfig.MessageTimeout, DefaultMessageTimeout = 5 s, the order of
+// QEMU's own x-msg-timeout), and the client must take each whole reply
+// within it. Otherwise the connection is closed, as on a disconnect, with
+// one log line (ErrMessageTimeout), and the next client is served. Silence
+// between messages is never timed: QEMU may send nothing for as long as the
+// guest leaves the device alone.
+//
+// A second client is answered, never left in the listen backlog: Serve
+// keeps accepting, lets it wait up to ServerConfig.BusyWait
+// (DefaultBusyWait = 2 s) for the served client to leave, serves it if that
+// happens, and otherwise answers its first message (normally VERSION, which
+// must arrive within the message timeout) with an error reply carrying
+// EBUSY and closes it, logging one line. Dial then fails with an error
+// wrapping unix.EBUSY. Beyond maxWaitingClients (4) connections waiting
+// at once, more are closed unanswered. The served client is never affected.
+//
 // Behaviour QEMU 11.1's client depends on is recorded in
 // shared/notes/qemu-vfio-user.md and cited where the code follows it.
 //
 // # Concurrency and lock order
 //
-// A Server serves one client at a time from one goroutine, so Device methods
-// are never called concurrently by the server. DMATable and IRQTable are
+// A Server serves one client at a time from one goroutine (the slot, a
+// one-token channel, admits one session), so Device methods are never
+// called concurrently by the server. The accept loop and connections that
+// wait or are refused run on goroutines of their own and touch neither the
+// device nor the DMA and IRQ tables. DMATable and IRQTable are
 // shared with device goroutines and lock internally; neither calls out while
 // holding its lock except to write an eventfd, and neither takes the
 // other's lock, so there is no lock order between them. IRQTable's unmask

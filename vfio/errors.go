@@ -33,6 +33,10 @@ var (
 	ErrNotNegotiated = errors.New("vfio: version not negotiated")
 	// ErrClosed: the client is closed or its connection failed.
 	ErrClosed = errors.New("vfio: client closed")
+	// ErrMessageTimeout: a message begun on a connection was not complete
+	// within the server's message timeout (ServerConfig.MessageTimeout),
+	// so the server dropped the connection. Never sent as a reply.
+	ErrMessageTimeout = errors.New("vfio: message not complete within the message timeout")
 )
 
 var sentinelErrnos = []struct {

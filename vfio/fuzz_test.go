@@ -159,7 +159,9 @@ func FuzzServerMessage(f *testing.F) {
 		cli, srvConn := socketPair(t)
 		defer cli.Close()
 		srv := NewServer(ServerConfig{Device: dev, Log: zerolog.Nop(), MaxDataXfer: 4096})
-		sess := &session{srv: srv, t: newTransport(srvConn), log: zerolog.Nop(), maxXfer: 4096, negotiated: negotiated}
+		tr := newTransport(srvConn)
+		tr.msgTimeout = DefaultMessageTimeout // arms and clears deadlines; never expires, the input is all there
+		sess := &session{srv: srv, t: tr, log: zerolog.Nop(), maxXfer: 4096, negotiated: negotiated}
 		done := make(chan error, 1)
 		go func() {
 			err := sess.run()

@@ -1,8 +1,11 @@
 package vfio
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -225,14 +228,23 @@ type testServer struct {
 	path string
 	srv  *Server
 	dev  *fakeDevice
+	logs *logLines // the server's log, also sent to the test's log
 }
 
 // startServer serves a fake device on a socket in a temporary directory
 // until the test ends.
 func startServer(t testing.TB, maxXfer uint32) *testServer {
 	t.Helper()
+	return startServerWith(t, ServerConfig{MaxDataXfer: maxXfer})
+}
+
+// startServerWith serves a fake device with cfg (its Device and Log are
+// filled in).
+func startServerWith(t testing.TB, cfg ServerConfig) *testServer {
+	t.Helper()
 	dev := newFakeDevice(t)
-	ts := startServerFor(t, dev, maxXfer)
+	cfg.Device = dev
+	ts := startServerConfig(t, cfg)
 	ts.dev = dev
 	return ts
 }
@@ -240,12 +252,20 @@ func startServer(t testing.TB, maxXfer uint32) *testServer {
 // startServerFor serves dev (ts.dev stays nil unless the caller sets it).
 func startServerFor(t testing.TB, dev Device, maxXfer uint32) *testServer {
 	t.Helper()
-	ts := &testServer{path: filepath.Join(t.TempDir(), "vfio.sock")}
+	return startServerConfig(t, ServerConfig{Device: dev, MaxDataXfer: maxXfer})
+}
+
+// startServerConfig serves cfg.Device with cfg, its Log set to one that
+// the test reads back.
+func startServerConfig(t testing.TB, cfg ServerConfig) *testServer {
+	t.Helper()
+	ts := &testServer{path: filepath.Join(t.TempDir(), "vfio.sock"), logs: &logLines{}}
 	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: ts.path, Net: "unix"})
 	if err != nil {
 		t.Fatalf("listen: %v", err)
 	}
-	ts.srv = NewServer(ServerConfig{Device: dev, Log: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.DebugLevel), MaxDataXfer: maxXfer})
+	cfg.Log = zerolog.New(io.MultiWriter(zerolog.NewTestWriter(t), ts.logs)).Level(zerolog.DebugLevel)
+	ts.srv = NewServer(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- ts.srv.Serve(ctx, l) }()
@@ -257,6 +277,37 @@ func startServerFor(t testing.TB, dev Device, maxXfer uint32) *testServer {
 		l.Close()
 	})
 	return ts
+}
+
+// logLines keeps JSON log lines, safe for concurrent use.
+type logLines struct {
+	mu    sync.Mutex
+	lines [][]byte
+}
+
+func (l *logLines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, bytes.Clone(p))
+	return len(p), nil
+}
+
+// withMessage returns the decoded lines whose message is msg.
+func (l *logLines) withMessage(tb testing.TB, msg string) []map[string]any {
+	tb.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []map[string]any
+	for _, b := range l.lines {
+		var m map[string]any
+		if err := json.Unmarshal(b, &m); err != nil {
+			tb.Fatalf("log line %q: %v", b, err)
+		}
+		if m["message"] == msg {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 func dial(t *testing.T, path string) *Client {

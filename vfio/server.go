@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -22,6 +23,28 @@ const DefaultMaxDataXfer = 1 << 20
 // headers, SET_IRQS bools, the VERSION JSON, REGION_WRITE_MULTI entries.
 const maxMsgSlack = 4096
 
+// DefaultMessageTimeout bounds one message on a connection once it has
+// begun: from its first byte, the whole message (header, payload,
+// descriptors) must arrive within it, and the client must take a whole
+// reply within it; otherwise the server drops the connection. Silence
+// between messages is never timed. The order of magnitude is QEMU's own:
+// its vfio-user-pci client waits x-msg-timeout, 5000 ms by default
+// (hw/vfio-user/pci.c, DEFINE_PROP_UINT32("x-msg-timeout", ..., 5000)), for
+// each reply from a server, so a peer that takes longer than that over a
+// local socket has stalled, by QEMU's standard as well as ours.
+const DefaultMessageTimeout = 5 * time.Second
+
+// DefaultBusyWait is how long a client that connects while another is
+// served waits for that one to leave before it is refused with EBUSY (see
+// Serve). It covers a client that reconnects right after its predecessor
+// closed (QEMU restarted, the guest simulator after QEMU): the server sees
+// the old connection end and cleans up well within it, even on a loaded
+// machine. It is less than half of QEMU's x-msg-timeout (5000 ms, see
+// DefaultMessageTimeout), the time QEMU waits for its VERSION reply, so a
+// refused QEMU hears EBUSY rather than timing out, and a QEMU served after
+// waiting still has most of its time left.
+const DefaultBusyWait = 2 * time.Second
+
 // ServerConfig configures a Server.
 type ServerConfig struct {
 	Device      Device
@@ -29,21 +52,35 @@ type ServerConfig struct {
 	IRQs        *IRQTable // nil: the server makes one
 	Log         zerolog.Logger
 	MaxDataXfer uint32 // 0: DefaultMaxDataXfer
+	// MessageTimeout bounds one message once begun, received or sent;
+	// 0: DefaultMessageTimeout.
+	MessageTimeout time.Duration
+	// BusyWait is how long a second client waits for the served one to
+	// leave before it is refused; 0: DefaultBusyWait.
+	BusyWait time.Duration
 }
 
 // Server hosts one Device for vfio-user clients, one client at a time.
 type Server struct {
-	dev     Device
-	dma     *DMATable
-	irqs    *IRQTable
-	log     zerolog.Logger
-	maxXfer uint32
-	mig     *migration // nil: the device does not migrate through the protocol
+	dev        Device
+	dma        *DMATable
+	irqs       *IRQTable
+	log        zerolog.Logger
+	maxXfer    uint32
+	msgTimeout time.Duration
+	busyWait   time.Duration
+	mig        *migration // nil: the device does not migrate through the protocol
+
+	// slot holds a token while a client is served (see ServeConn); the
+	// served client's process id is in servedPID, for log lines.
+	slot      chan struct{}
+	servedPID atomic.Int32
 }
 
 // NewServer returns a server for cfg.Device.
 func NewServer(cfg ServerConfig) *Server {
-	s := &Server{dev: cfg.Device, dma: cfg.DMA, irqs: cfg.IRQs, log: cfg.Log, maxXfer: cfg.MaxDataXfer}
+	s := &Server{dev: cfg.Device, dma: cfg.DMA, irqs: cfg.IRQs, log: cfg.Log, maxXfer: cfg.MaxDataXfer,
+		msgTimeout: cfg.MessageTimeout, busyWait: cfg.BusyWait, slot: make(chan struct{}, 1)}
 	if s.dma == nil {
 		s.dma = NewDMATable()
 	}
@@ -52,6 +89,12 @@ func NewServer(cfg ServerConfig) *Server {
 	}
 	if s.maxXfer == 0 {
 		s.maxXfer = DefaultMaxDataXfer
+	}
+	if s.msgTimeout <= 0 {
+		s.msgTimeout = DefaultMessageTimeout
+	}
+	if s.busyWait <= 0 {
+		s.busyWait = DefaultBusyWait
 	}
 	s.mig = newMigration(cfg.Device)
 	return s
@@ -63,56 +106,62 @@ func (s *Server) DMA() *DMATable { return s.dma }
 // IRQs returns the server's IRQ table.
 func (s *Server) IRQs() *IRQTable { return s.irqs }
 
-// Serve accepts clients on l one at a time and serves each until it
-// disconnects. It returns ctx.Err() once ctx is cancelled (it then sets a
-// past deadline on l to stop Accept), nil when l is closed, or an accept
-// error.
-func (s *Server) Serve(ctx context.Context, l *net.UnixListener) error {
-	stop := context.AfterFunc(ctx, func() { l.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
-	for {
-		c, err := l.AcceptUnix()
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			if errors.Is(err, net.ErrClosed) {
-				return nil
-			}
-			return fmt.Errorf("vfio: accepting client: %w", err)
-		}
-		if err := s.ServeConn(ctx, c); err != nil && ctx.Err() == nil {
-			s.log.Warn().Err(err).Msg("vfio-user connection failed")
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
+// maxMsgSize is the largest message the server reads whole.
+func (s *Server) maxMsgSize() uint32 { return s.maxXfer + HeaderSize + maxMsgSlack }
+
+// ServeConn serves one client on c until it disconnects, stalls in a
+// message past the message timeout, or ctx is cancelled, then closes c,
+// unmaps the client's DMA and closes its eventfds; the device itself is
+// left as it is, for the next client. While another client is served (by
+// Serve or ServeConn) it first waits, without bound, for that one to leave;
+// Serve bounds that wait. It logs one line when the client goes, and
+// returns nil when the client went away, ctx.Err() when cancelled, and
+// otherwise the error that ended the connection (wrapping ErrMessageTimeout
+// for a stall).
+func (s *Server) ServeConn(ctx context.Context, c *net.UnixConn) error {
+	select {
+	case s.slot <- struct{}{}:
+	case <-ctx.Done():
+		c.Close()
+		return ctx.Err()
 	}
+	return s.serveHeld(ctx, c)
 }
 
-// ServeConn serves one client on c until it disconnects or ctx is
-// cancelled, then closes c, unmaps the client's DMA and closes its eventfds;
-// the device itself is left as it is, for the next client. It returns nil
-// when the client went away and ctx.Err() when cancelled.
-func (s *Server) ServeConn(ctx context.Context, c *net.UnixConn) error {
+// serveHeld is ServeConn for a caller that holds the slot; it gives the
+// slot back once the client's DMA and eventfds are gone.
+func (s *Server) serveHeld(ctx context.Context, c *net.UnixConn) error {
+	defer func() { <-s.slot }()
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	defer stop()
 	defer c.Close()
-	log := s.log.With().Int32("peer_pid", peerPID(c)).Logger()
+	pid := peerPID(c)
+	s.servedPID.Store(pid)
+	log := s.log.With().Int32("peer_pid", pid).Logger()
 	log.Info().Msg("vfio-user client connected")
-	sess := &session{srv: s, t: newTransport(c), log: log, maxXfer: s.maxXfer}
+	t := newTransport(c)
+	t.msgTimeout = s.msgTimeout
+	sess := &session{srv: s, t: t, log: log, maxXfer: s.maxXfer}
 	err := sess.run()
 	s.dma.UnmapAll()
 	s.irqs.Close()
-	if ctx.Err() != nil {
+	var te *timeoutError
+	switch {
+	case ctx.Err() != nil:
 		log.Info().Msg("vfio-user client disconnected: server stopping")
 		return ctx.Err()
-	}
-	if isDisconnect(err) {
+	case isDisconnect(err):
 		log.Info().Msg("vfio-user client disconnected")
 		return nil
+	case errors.As(err, &te):
+		ev := log.Warn().Err(err).Str("op", te.op).Dur("timeout", te.limit).Int("bytes_done", te.done)
+		if te.hdrKnown {
+			ev = ev.Str("cmd", CommandName(te.hdr.Command)).Uint16("id", te.hdr.ID).Uint32("size", te.hdr.Size)
+		}
+		ev.Msg("vfio-user client dropped: message not complete within the message timeout")
+	default:
+		log.Warn().Err(err).Msg("vfio-user client disconnected on error")
 	}
-	log.Info().Err(err).Msg("vfio-user client disconnected on error")
 	return fmt.Errorf("vfio: serving client: %w", err)
 }
 
@@ -146,7 +195,7 @@ type session struct {
 // run is the request loop: read a message, dispatch it, reply. It returns
 // only when the connection fails or closes.
 func (s *session) run() error {
-	maxSize := s.srv.maxXfer + HeaderSize + maxMsgSlack
+	maxSize := s.srv.maxMsgSize()
 	for {
 		m, err := s.t.recv(maxSize)
 		var fe *frameError

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -19,6 +20,12 @@ import (
 // arrive are always those of the message being read. Every descriptor
 // received becomes an *os.File owned by the message; whatever the handler
 // does not take is closed.
+//
+// A transport with a message timeout (the server's) bounds each message,
+// never the silence between messages: recv blocks without limit for a
+// message's first byte, then arms a read deadline for the rest of it
+// (header, payload, descriptors); send arms a write deadline for the whole
+// message, so a peer that stops reading cannot hold the sender either.
 
 // maxMsgFDs is how many descriptors one message may carry to us (advertised
 // as max_msg_fds; QEMU's client caps the value at 16, VFIO_USER_MAX_MAX_FDS).
@@ -62,6 +69,9 @@ type transport struct {
 	conn *net.UnixConn
 	oob  []byte
 	hdr  [HeaderSize]byte
+	// msgTimeout bounds one message once begun (see above); 0: no
+	// deadlines, as on the client's side.
+	msgTimeout time.Duration
 }
 
 func newTransport(c *net.UnixConn) *transport {
@@ -78,21 +88,81 @@ type frameError struct {
 func (e *frameError) Error() string { return "vfio: " + e.why }
 func (e *frameError) Unwrap() error { return e.errno }
 
+// timeoutError is a message that did not complete within the transport's
+// message timeout: received in part (op "receiving"), or sent in part
+// because the peer stopped reading (op "sending"). The connection is then
+// unusable: the stream is cut mid-message.
+type timeoutError struct {
+	op       string
+	hdr      Header // valid when hdrKnown
+	hdrKnown bool
+	done     int // bytes of the message moved before the deadline
+	limit    time.Duration
+}
+
+func (e *timeoutError) Error() string {
+	if !e.hdrKnown {
+		return fmt.Sprintf("vfio: %s a message: %d of the %d header bytes within %v", e.op, e.done, HeaderSize, e.limit)
+	}
+	return fmt.Sprintf("vfio: %s %s (id %d): %d of %d bytes within %v",
+		e.op, CommandName(e.hdr.Command), e.hdr.ID, e.done, e.hdr.Size, e.limit)
+}
+
+func (e *timeoutError) Unwrap() error { return ErrMessageTimeout }
+
+// armRead starts the read deadline of a message whose first byte has
+// arrived; disarmRead clears it once the message is read (or abandoned).
+func (t *transport) armRead() bool {
+	if t.msgTimeout <= 0 {
+		return false
+	}
+	t.conn.SetReadDeadline(time.Now().Add(t.msgTimeout))
+	return true
+}
+
+func (t *transport) disarmRead() { t.conn.SetReadDeadline(time.Time{}) }
+
+// timedOut turns err into a *timeoutError when it is the expiry of a
+// deadline this transport armed.
+func (t *transport) timedOut(err error, armed bool, op string, hdr *Header, done int) error {
+	if !armed || !errors.Is(err, os.ErrDeadlineExceeded) {
+		return err
+	}
+	e := &timeoutError{op: op, done: done, limit: t.msgTimeout}
+	if hdr != nil {
+		e.hdr, e.hdrKnown = *hdr, true
+	}
+	return e
+}
+
 // recv reads one message. A message larger than maxSize is read and
 // discarded in bounded chunks and reported as a *frameError (E2BIG), as is a
 // size below the header's and a control-message overflow; the returned
-// message then carries the header (and no descriptors). Any other error means
-// the connection is gone; io.EOF means it closed between messages.
+// message then carries the header (and no descriptors). A message not
+// complete within the message timeout is a *timeoutError. Any other error
+// means the connection is gone; io.EOF means it closed between messages.
 func (t *transport) recv(maxSize uint32) (*message, error) {
 	m := &message{}
-	n, trunc, err := t.readFull(t.hdr[:], &m.fds)
+	// The first byte may take any time: a client idles between messages.
+	n, trunc, err := t.readOnce(t.hdr[:], &m.fds)
+	switch {
+	case err != nil:
+		m.closeFDs()
+		return nil, err
+	case n == 0: // a stream socket's recvmsg returns 0 at end of stream
+		m.closeFDs()
+		return nil, io.EOF
+	}
+	armed := t.armRead()
+	if armed {
+		defer t.disarmRead()
+	}
+	k, trunc2, err := t.readFull(t.hdr[n:], &m.fds)
 	if err != nil {
 		m.closeFDs()
-		if n == 0 && errors.Is(err, io.EOF) {
-			return nil, io.EOF
-		}
-		return nil, err
+		return nil, t.timedOut(unexpectedEOF(err), armed, "receiving", nil, n+k)
 	}
+	trunc = trunc || trunc2
 	m.hdr, _ = DecodeHeader(t.hdr[:])
 	switch {
 	case m.hdr.Size < HeaderSize:
@@ -100,16 +170,16 @@ func (t *transport) recv(maxSize uint32) (*message, error) {
 		return m, &frameError{unix.EINVAL, fmt.Sprintf("message size %d below header size", m.hdr.Size)}
 	case m.hdr.Size > maxSize:
 		m.closeFDs()
-		if err := t.discard(m.hdr.Size - HeaderSize); err != nil {
-			return nil, err
+		if k, err := t.discard(m.hdr.Size - HeaderSize); err != nil {
+			return nil, t.timedOut(err, armed, "receiving", &m.hdr, HeaderSize+k)
 		}
 		return m, &frameError{unix.E2BIG, fmt.Sprintf("message size %d above limit %d", m.hdr.Size, maxSize)}
 	}
 	m.payload = make([]byte, m.hdr.Size-HeaderSize)
-	_, trunc2, err := t.readFull(m.payload, &m.fds)
+	k, trunc2, err = t.readFull(m.payload, &m.fds)
 	if err != nil {
 		m.closeFDs()
-		return nil, unexpectedEOF(err)
+		return nil, t.timedOut(unexpectedEOF(err), armed, "receiving", &m.hdr, HeaderSize+k)
 	}
 	if trunc || trunc2 {
 		m.closeFDs()
@@ -118,17 +188,26 @@ func (t *transport) recv(maxSize uint32) (*message, error) {
 	return m, nil
 }
 
+// readOnce is one recvmsg into b, appending any descriptors received to
+// *fds; k == 0 with a nil error is the end of the stream. trunc reports
+// that the kernel dropped descriptors for lack of room.
+func (t *transport) readOnce(b []byte, fds *[]*os.File) (k int, trunc bool, err error) {
+	k, oobn, flags, _, err := t.conn.ReadMsgUnix(b, t.oob)
+	if oobn > 0 {
+		*fds = append(*fds, parseRights(t.oob[:oobn])...)
+	}
+	if k < 0 { // a failed recvmsg's -1, passed on by net.UnixConn
+		k = 0
+	}
+	return k, flags&unix.MSG_CTRUNC != 0, err
+}
+
 // readFull fills b, appending any descriptors received to *fds. trunc
 // reports that the kernel dropped descriptors for lack of room.
 func (t *transport) readFull(b []byte, fds *[]*os.File) (n int, trunc bool, err error) {
 	for n < len(b) {
-		k, oobn, flags, _, err := t.conn.ReadMsgUnix(b[n:], t.oob)
-		if oobn > 0 {
-			*fds = append(*fds, parseRights(t.oob[:oobn])...)
-		}
-		if flags&unix.MSG_CTRUNC != 0 {
-			trunc = true
-		}
+		k, tr, err := t.readOnce(b[n:], fds)
+		trunc = trunc || tr
 		n += k
 		if err != nil {
 			if n > 0 {
@@ -146,19 +225,22 @@ func (t *transport) readFull(b []byte, fds *[]*os.File) (n int, trunc bool, err 
 	return n, trunc, nil
 }
 
-// discard reads and drops n bytes, closing any descriptors among them.
-func (t *transport) discard(n uint32) error {
+// discard reads and drops n bytes, closing any descriptors among them, and
+// returns how many it read.
+func (t *transport) discard(n uint32) (int, error) {
 	buf := make([]byte, min(n, discardChunk))
+	done := 0
 	for n > 0 {
 		var fds []*os.File
 		k, _, err := t.readFull(buf[:min(n, uint32(len(buf)))], &fds)
 		closeFiles(fds)
+		done += k
 		if err != nil {
-			return unexpectedEOF(err)
+			return done, unexpectedEOF(err)
 		}
 		n -= uint32(k)
 	}
-	return nil
+	return done, nil
 }
 
 func unexpectedEOF(err error) error {
@@ -195,7 +277,8 @@ func newFrame(payloadCap int) []byte {
 }
 
 // send writes frame (header space plus payload) with h filled in and fds
-// attached to its first byte.
+// attached to its first byte. With a message timeout, a peer that has not
+// taken the whole message within it gets a *timeoutError.
 func (t *transport) send(h Header, frame []byte, fds []*os.File) error {
 	h.Size = uint32(len(frame))
 	h.Append(frame[:0])
@@ -211,12 +294,22 @@ func (t *transport) send(h Header, frame []byte, fds []*os.File) error {
 		}
 		oob = unix.UnixRights(ints...)
 	}
+	armed := t.msgTimeout > 0
+	if armed {
+		t.conn.SetWriteDeadline(time.Now().Add(t.msgTimeout))
+		defer t.conn.SetWriteDeadline(time.Time{})
+	}
 	n, _, err := t.conn.WriteMsgUnix(frame, oob, nil)
 	runtime.KeepAlive(fds)
 	if err == nil && n < len(frame) {
-		_, err = t.conn.Write(frame[n:])
+		var k int
+		k, err = t.conn.Write(frame[n:])
+		n += k
 	}
 	if err != nil {
+		if armed && errors.Is(err, os.ErrDeadlineExceeded) {
+			return t.timedOut(err, armed, "sending", &h, n)
+		}
 		return fmt.Errorf("vfio: sending %s: %w", CommandName(h.Command), err)
 	}
 	return nil

@@ -12,9 +12,12 @@
 //
 // Compaction happens as entries arrive, so the log of a long-running VM
 // stays as small as the state it describes: an object created then
-// destroyed leaves nothing, and a write superseded by a later one to the
-// same place collapses into it. The log still counts what was recorded raw,
-// so reports can show raw against compacted size.
+// destroyed leaves nothing, and config writes are kept as the bytes they
+// leave (per byte of config space, the last value written), whatever their
+// sizes and overlaps, and come out as the fewest naturally aligned writes
+// that put back every byte the guest wrote, in a replay order safe for a
+// PCI front end (Log.Compacted). The log still counts what was recorded
+// raw, so reports can show raw against compacted size.
 //
 // A Log is safe for concurrent use (the engine goroutine records kernels
 // and fences, the vfio-user server goroutine config writes).

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+
+	"github.com/gmig-dev/gmig/internal/pci"
 )
 
 // Errors callers branch on.
@@ -80,7 +82,7 @@ func (e Entry) validate() error {
 			return fmt.Errorf("bad interrupts %+v", e)
 		}
 	case ConfigWrite:
-		if (e.Size != 1 && e.Size != 2 && e.Size != 4) || int(e.Offset)+int(e.Size) > 256 ||
+		if (e.Size != 1 && e.Size != 2 && e.Size != 4) || int(e.Offset)+int(e.Size) > pci.Size ||
 			e.Offset%uint16(e.Size) != 0 || e.Handle != 0 || e.Value != 0 ||
 			(e.Size < 4 && e.Arg>>(8*e.Size) != 0) {
 			return fmt.Errorf("bad config write %+v", e)

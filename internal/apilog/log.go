@@ -55,12 +55,6 @@ type Stats struct {
 	CompactedBytes   int
 }
 
-// configKey names one config register write target.
-type configKey struct {
-	off  uint16
-	size uint8
-}
-
 // Log records entries and keeps them compacted.
 type Log struct {
 	mu      sync.Mutex
@@ -69,21 +63,18 @@ type Log struct {
 	order   map[uint32]uint64 // handle -> sequence of its (last) load
 	fence   *uint64
 	ints    *[2]uint32
-	config  map[configKey]configWrite
+	config  configSpace
 	seq     uint64
-}
-
-type configWrite struct {
-	value uint32
-	seq   uint64
 }
 
 // New returns an empty log.
 func New() *Log {
-	return &Log{kernels: map[uint32]uint32{}, order: map[uint32]uint64{}, config: map[configKey]configWrite{}}
+	return &Log{kernels: map[uint32]uint32{}, order: map[uint32]uint64{}}
 }
 
-// Record adds e, compacting as it goes.
+// Record adds e, compacting as it goes. A config write is kept as the
+// bytes it leaves in config space (configSpace.record says which writes
+// are taken).
 func (l *Log) Record(e Entry) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -102,14 +93,17 @@ func (l *Log) Record(e Entry) {
 	case Interrupts:
 		l.ints = &[2]uint32{e.Handle, e.Arg}
 	case ConfigWrite:
-		l.config[configKey{e.Offset, e.Size}] = configWrite{e.Arg, l.seq}
+		l.config.record(e.Offset, e.Size, e.Arg)
 	}
 }
 
 // Compacted returns the log's entries in replay order: kernel objects in the
 // order they were (last) created, the fence, the interrupt state, then the
-// config writes in the order of their last write with the command register
-// (offset 4) last, so a front end decodes BARs only once they are in place.
+// config writes: every config byte the guest wrote, at the value it last
+// wrote, written once by naturally aligned writes in offset order, except
+// that MSI control (the enable) follows the MSI address and data and the
+// command register comes last, so a front end decodes BARs and signals only
+// once they are in place (configSpace.writes).
 func (l *Log) Compacted() []Entry {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -128,31 +122,15 @@ func (l *Log) Compacted() []Entry {
 	if l.ints != nil {
 		out = append(out, Entry{Kind: Interrupts, Handle: l.ints[0], Arg: l.ints[1]})
 	}
-	keys := make([]configKey, 0, len(l.config))
-	for k := range l.config {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		ci, cj := keys[i].off == pciCommand, keys[j].off == pciCommand
-		if ci != cj {
-			return cj
-		}
-		return l.config[keys[i]].seq < l.config[keys[j]].seq
-	})
-	for _, k := range keys {
-		out = append(out, Entry{Kind: ConfigWrite, Offset: k.off, Size: k.size, Arg: l.config[k].value})
-	}
-	return out
+	return append(out, l.config.writes()...)
 }
 
-// pciCommand is the PCI command register's offset (PCI 3.0 §6.2.2).
-const pciCommand = 0x04
-
-// Stats reports raw against compacted size.
+// Stats reports raw against compacted size: raw counts every Record call,
+// compacted the entries Compacted returns now.
 func (l *Log) Stats() Stats {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	n := len(l.kernels) + len(l.config)
+	n := len(l.kernels) + l.config.count()
 	if l.fence != nil {
 		n++
 	}

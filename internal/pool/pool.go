@@ -25,7 +25,8 @@ var (
 )
 
 // Partition is a page-aligned byte range of the pool that backs one vGPU's
-// graphics memory.
+// graphics memory. It names the range only; the pool keeps the memfd behind
+// it (File).
 type Partition struct {
 	Offset uint64 // byte offset in the pool
 	Size   uint64 // bytes
@@ -41,19 +42,26 @@ func (pt Partition) String() string {
 	return fmt.Sprintf("[%#x, %#x)", pt.Offset, pt.End())
 }
 
-// Pool is a memfd-backed region carved into partitions.
+// Pool is a reserved address range carved into partitions, each backed by
+// its own memfd.
 type Pool struct {
 	size uint64
-	file *os.File
-	mem  []byte
+	mem  []byte // the reserved range; only allocated partitions are mapped
 
 	mu     sync.Mutex
-	parts  []Partition // allocated, sorted by Offset, non-overlapping
+	parts  []allocation // allocated, sorted by Offset, non-overlapping
 	closed bool
 }
 
-// New creates a pool of size bytes (nonzero, a multiple of PageSize), backed
-// by a fresh memfd mapped shared and read-write. The pool starts all zeros.
+// allocation is an allocated partition and the memfd that backs it.
+type allocation struct {
+	Partition
+	file *os.File // sealed, exactly Size bytes, mapped at mem[Offset:]
+}
+
+// New creates a pool of size bytes (nonzero, a multiple of PageSize): a
+// reserved address range with no memory behind it until partitions are
+// allocated.
 func New(size uint64) (*Pool, error) {
 	if size == 0 || size%PageSize != 0 {
 		return nil, fmt.Errorf("%w: %d", ErrSize, size)
@@ -61,21 +69,19 @@ func New(size uint64) (*Pool, error) {
 	if size > math.MaxInt {
 		return nil, fmt.Errorf("%w: %d bytes cannot be mapped", ErrRange, size)
 	}
-	f, mem, err := createMapped(size)
+	mem, err := reserve(size)
 	if err != nil {
 		return nil, err
 	}
-	return &Pool{size: size, file: f, mem: mem}, nil
+	return &Pool{size: size, mem: mem}, nil
 }
 
 // Size is the pool's size in bytes.
 func (p *Pool) Size() uint64 { return p.size }
 
-// File is the pool's memfd, for passing to QEMU, which mmaps a partition of
-// it as a vGPU's aperture. The pool owns it: callers must not close it.
-func (p *Pool) File() *os.File { return p.file }
-
-// Mem is the whole pool mapping, or nil once the pool is closed.
+// Mem is the whole pool range, or nil once the pool is closed. Pool offsets
+// index it. Only allocated partitions are mapped: touching any other byte
+// faults.
 func (p *Pool) Mem() []byte {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -85,18 +91,42 @@ func (p *Pool) Mem() []byte {
 	return p.mem
 }
 
-// Slice is the part of the mapping that backs pt, or nil once the pool is
-// closed or if pt lies outside the pool.
+// Slice is the part of the pool range that backs pt, or nil once the pool
+// is closed or if pt is not an allocated partition.
 func (p *Pool) Slice(pt Partition) []byte {
-	mem := p.Mem()
-	if mem == nil || pt.Offset > p.size || pt.Size > p.size-pt.Offset {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
 		return nil
 	}
-	return mem[pt.Offset:pt.End():pt.End()]
+	if _, ok := p.findLocked(pt); !ok {
+		return nil
+	}
+	return p.mem[pt.Offset:pt.End():pt.End()]
+}
+
+// File is pt's memfd, the one descriptor to hand to pt's client (QEMU
+// mmaps it at offset 0 as the vGPU's aperture). It holds pt's bytes and
+// nothing else: its size is exactly pt.Size and sealed (no shrinking, no
+// growing, no further seals). The pool owns it and closes it when pt is
+// freed; callers must not close it. A partition that is not allocated
+// fails with ErrNotFound.
+func (p *Pool) File(pt Partition) (*os.File, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, ErrClosed
+	}
+	i, ok := p.findLocked(pt)
+	if !ok {
+		return nil, fmt.Errorf("%w: %v", ErrNotFound, pt)
+	}
+	return p.parts[i].file, nil
 }
 
 // Alloc reserves the lowest free range of size bytes (nonzero, a multiple of
-// PageSize). It fails with ErrNoSpace when no free range is large enough.
+// PageSize) and backs it with a fresh memfd, which reads as zeros. It fails
+// with ErrNoSpace when no free range is large enough.
 func (p *Pool) Alloc(size uint64) (Partition, error) {
 	if size == 0 || size%PageSize != 0 {
 		return Partition{}, fmt.Errorf("%w: %d", ErrSize, size)
@@ -107,20 +137,21 @@ func (p *Pool) Alloc(size uint64) (Partition, error) {
 		return Partition{}, ErrClosed
 	}
 	var start uint64 // first byte of the current gap
-	for i, pt := range p.parts {
-		if pt.Offset-start >= size {
-			return p.insertLocked(i, Partition{Offset: start, Size: size}), nil
+	for i, a := range p.parts {
+		if a.Offset-start >= size {
+			return p.insertLocked(i, Partition{Offset: start, Size: size})
 		}
-		start = pt.End()
+		start = a.End()
 	}
 	if p.size-start >= size {
-		return p.insertLocked(len(p.parts), Partition{Offset: start, Size: size}), nil
+		return p.insertLocked(len(p.parts), Partition{Offset: start, Size: size})
 	}
 	return Partition{}, fmt.Errorf("%w: %d bytes wanted, pool of %d bytes", ErrNoSpace, size, p.size)
 }
 
-// AllocAt reserves exactly [offset, offset+size). It fails with ErrRange when
-// the range leaves the pool and ErrInUse when it overlaps a partition.
+// AllocAt reserves exactly [offset, offset+size) and backs it with a fresh
+// memfd. It fails with ErrRange when the range leaves the pool and ErrInUse
+// when it overlaps a partition.
 func (p *Pool) AllocAt(offset, size uint64) (Partition, error) {
 	if size == 0 || size%PageSize != 0 {
 		return Partition{}, fmt.Errorf("%w: %d", ErrSize, size)
@@ -139,70 +170,91 @@ func (p *Pool) AllocAt(offset, size uint64) (Partition, error) {
 	}
 	// i is the first partition that ends after offset; it and its
 	// predecessor bound the gap offset falls in.
-	i, _ := slices.BinarySearchFunc(p.parts, offset, func(pt Partition, off uint64) int {
-		if pt.End() <= off {
+	i, _ := slices.BinarySearchFunc(p.parts, offset, func(a allocation, off uint64) int {
+		if a.End() <= off {
 			return -1
 		}
 		return 1
 	})
 	if i < len(p.parts) && p.parts[i].Offset < want.End() {
-		return Partition{}, fmt.Errorf("%w: %v overlaps %v", ErrInUse, want, p.parts[i])
+		return Partition{}, fmt.Errorf("%w: %v overlaps %v", ErrInUse, want, p.parts[i].Partition)
 	}
-	return p.insertLocked(i, want), nil
+	return p.insertLocked(i, want)
 }
 
-// insertLocked inserts pt at index i of the sorted partition list.
-func (p *Pool) insertLocked(i int, pt Partition) Partition {
-	p.parts = slices.Insert(p.parts, i, pt)
-	return pt
+// insertLocked backs pt with a new memfd mapped at its offset and inserts
+// it at index i of the sorted partition list. The memfd is new whatever
+// was at that offset before: a client still mapping an earlier tenant's
+// memfd keeps that one, never this.
+func (p *Pool) insertLocked(i int, pt Partition) (Partition, error) {
+	f, err := newPartitionFile(pt.Size)
+	if err != nil {
+		return Partition{}, err
+	}
+	if err := mapPartition(p.mem, pt.Offset, pt.Size, f); err != nil {
+		f.Close()
+		return Partition{}, err
+	}
+	p.parts = slices.Insert(p.parts, i, allocation{Partition: pt, file: f})
+	return pt, nil
 }
 
-// Free returns part to the pool and zeroes it, so its next tenant reads
-// zeros. part must be exactly a partition that Alloc or AllocAt returned and
-// that has not been freed; anything else fails with ErrNotFound.
+// findLocked returns the index of the allocation that is exactly pt.
+func (p *Pool) findLocked(pt Partition) (int, bool) {
+	i, found := slices.BinarySearchFunc(p.parts, pt.Offset, func(a allocation, off uint64) int {
+		switch {
+		case a.Offset < off:
+			return -1
+		case a.Offset > off:
+			return 1
+		}
+		return 0
+	})
+	return i, found && p.parts[i].Partition == pt
+}
+
+// Free returns part to the pool: its range goes back to reserved address
+// space (touching it faults) and the pool closes its memfd. A client that
+// still maps that memfd keeps its pages, which no later partition ever
+// uses. part must be exactly a partition that Alloc or AllocAt returned and
+// that has not been freed; anything else fails with ErrNotFound. If the
+// range cannot be unmapped the partition stays allocated (nothing else can
+// be placed there) and Free fails.
 func (p *Pool) Free(part Partition) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
 		return ErrClosed
 	}
-	i, found := slices.BinarySearchFunc(p.parts, part.Offset, func(pt Partition, off uint64) int {
-		switch {
-		case pt.Offset < off:
-			return -1
-		case pt.Offset > off:
-			return 1
-		}
-		return 0
-	})
-	if !found || p.parts[i] != part {
+	i, ok := p.findLocked(part)
+	if !ok {
 		return fmt.Errorf("%w: %v", ErrNotFound, part)
 	}
-	// Zero before the range becomes allocatable again. The lock is held
-	// throughout, so no Alloc can hand the range out half cleared.
-	p.zeroLocked(part)
-	p.parts = slices.Delete(p.parts, i, i+1)
-	return nil
-}
-
-// zeroLocked clears part: hole punching gives the pages back to the host
-// and makes them read as zeros; if the kernel refuses, clear them by hand.
-func (p *Pool) zeroLocked(part Partition) {
-	if punchHole(p.file, part.Offset, part.Size) == nil {
-		return
+	if err := unmapPartition(p.mem, part.Offset, part.Size); err != nil {
+		return err
 	}
-	clear(p.mem[part.Offset:part.End()])
+	err := p.parts[i].file.Close()
+	p.parts = slices.Delete(p.parts, i, i+1)
+	if err != nil {
+		return fmt.Errorf("pool: closing the memfd of %v: %w", part, err)
+	}
+	return nil
 }
 
 // Partitions lists the allocated partitions by offset.
 func (p *Pool) Partitions() []Partition {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return slices.Clone(p.parts)
+	out := make([]Partition, len(p.parts))
+	for i, a := range p.parts {
+		out[i] = a.Partition
+	}
+	return out
 }
 
-// Close unmaps the pool and closes the memfd. Slices obtained from Mem or
-// Slice must no longer be used. Closing twice fails with ErrClosed.
+// Close unmaps the pool and closes every partition's memfd. Slices obtained
+// from Mem or Slice must no longer be used. Closing twice fails with
+// ErrClosed.
 func (p *Pool) Close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -210,11 +262,13 @@ func (p *Pool) Close() error {
 		return ErrClosed
 	}
 	p.closed = true
-	p.parts = nil
-	err := unmap(p.mem)
+	errs := []error{release(p.mem)}
 	p.mem = nil
-	if cerr := p.file.Close(); cerr != nil && err == nil {
-		err = fmt.Errorf("pool: closing memfd: %w", cerr)
+	for _, a := range p.parts {
+		if err := a.file.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("pool: closing the memfd of %v: %w", a.Partition, err))
+		}
 	}
-	return err
+	p.parts = nil
+	return errors.Join(errs...)
 }

@@ -3,11 +3,14 @@ package pool
 import (
 	"bytes"
 	"errors"
+	"os"
 	"slices"
 	"sync"
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gmig-dev/gmig/internal/memprobe"
 )
 
 const mib = 1 << 20
@@ -42,16 +45,33 @@ func TestNewRejectsBadSizes(t *testing.T) {
 	}
 }
 
-func TestNewIsZeroAndSized(t *testing.T) {
+func TestNewReservesOnly(t *testing.T) {
 	p := newPool(t, 4*mib)
 	if p.Size() != 4*mib || len(p.Mem()) != 4*mib {
 		t.Fatalf("Size %d, len(Mem) %d, want %d", p.Size(), len(p.Mem()), 4*mib)
 	}
-	if !allZero(p.Mem()) {
-		t.Fatal("fresh pool is not zero")
+	// Nothing is allocated, so nothing is mapped: every page faults.
+	if faults, seen := memprobe.LoadAll(p.Mem(), PageSize); len(seen) != 0 || faults == 0 {
+		t.Fatalf("fresh pool: %d reads faulted, %d did not; want all to fault", faults, len(seen))
 	}
-	if fi, err := p.File().Stat(); err != nil || fi.Size() != 4*mib {
-		t.Fatalf("memfd stat = %v, %v; want size %d", fi, err, 4*mib)
+}
+
+func TestAllocIsZeroAndMapped(t *testing.T) {
+	p := newPool(t, 4*mib)
+	a := mustAlloc(t, p, mib)
+	s := p.Slice(a)
+	if uint64(len(s)) != a.Size || &s[0] != &p.Mem()[a.Offset] {
+		t.Fatalf("Slice(%v) is %d bytes, not the pool's range", a, len(s))
+	}
+	if !allZero(s) {
+		t.Fatal("fresh partition is not zero")
+	}
+	fill(s, 0x11)
+	if _, ok := memprobe.Load(p.Mem(), int(a.End())); ok {
+		t.Error("the byte past the only partition is mapped")
+	}
+	if p.Slice(Partition{a.Offset, PageSize}) != nil || p.Slice(Partition{a.End(), PageSize}) != nil {
+		t.Error("Slice of a range that is not a partition")
 	}
 }
 
@@ -178,16 +198,12 @@ func TestFreeUnknownAndDouble(t *testing.T) {
 	}
 }
 
-func TestFreeZeroes(t *testing.T) {
+func TestReallocIsFresh(t *testing.T) {
 	p := newPool(t, 12*PageSize)
 	a := mustAlloc(t, p, 4*PageSize)
 	b := mustAlloc(t, p, 4*PageSize)
 	fill(p.Slice(a), 0xa5)
 	fill(p.Slice(b), 0x5a)
-	// memfds support hole punching: Free takes the fast path.
-	if err := punchHole(p.file, b.End(), PageSize); err != nil {
-		t.Fatalf("punchHole on the memfd: %v", err)
-	}
 	if err := p.Free(a); err != nil {
 		t.Fatal(err)
 	}
@@ -195,34 +211,11 @@ func TestFreeZeroes(t *testing.T) {
 	if c != a {
 		t.Fatalf("re-alloc got %v, want %v", c, a)
 	}
-	if !allZero(p.Mem()[c.Offset:c.End()]) {
+	if !allZero(p.Slice(c)) {
 		t.Error("re-allocated partition still holds the old tenant's bytes")
 	}
 	if !bytes.Equal(p.Slice(b), bytes.Repeat([]byte{0x5a}, 4*PageSize)) {
 		t.Error("Free of a clobbered its neighbour")
-	}
-}
-
-func TestZeroFallbackClears(t *testing.T) {
-	p := newPool(t, 4*PageSize)
-	a := mustAlloc(t, p, 2*PageSize)
-	fill(p.Slice(a), 0xff)
-	// Without hole punching (fallocate on a closed file fails) the range
-	// must still come back zeroed.
-	closed, err := New(PageSize)
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed.Close()
-	saved := p.file
-	p.file = closed.file
-	defer func() { p.file = saved }()
-	if punchHole(p.file, a.Offset, a.Size) == nil {
-		t.Fatal("punchHole on a closed file succeeded")
-	}
-	p.zeroLocked(a)
-	if !allZero(p.Slice(a)) {
-		t.Error("fallback did not clear the partition")
 	}
 }
 
@@ -232,8 +225,12 @@ func TestFileMapsSameBytes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// QEMU maps the aperture from the memfd at the partition's offset.
-	other, err := unix.Mmap(int(p.File().Fd()), int64(a.Offset), int(a.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	f, err := p.File(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// QEMU maps the aperture from the partition's memfd at offset 0.
+	other, err := unix.Mmap(int(f.Fd()), 0, int(a.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,12 +243,6 @@ func TestFileMapsSameBytes(t *testing.T) {
 	if got := string(p.Mem()[a.Offset+PageSize:][:20]); got != "written by the guest" {
 		t.Errorf("pool mapping reads %q", got)
 	}
-	if err := p.Free(a); err != nil {
-		t.Fatal(err)
-	}
-	if !allZero(other) {
-		t.Error("Free did not zero what the second mapping sees")
-	}
 }
 
 func TestClose(t *testing.T) {
@@ -260,8 +251,15 @@ func TestClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := mustAlloc(t, p, PageSize)
+	f, err := p.File(a)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := f.Stat(); !errors.Is(err, os.ErrClosed) {
+		t.Errorf("partition memfd after Close: Stat = %v, want closed", err)
 	}
 	if err := p.Close(); !errors.Is(err, ErrClosed) {
 		t.Errorf("second Close = %v, want ErrClosed", err)
@@ -277,6 +275,9 @@ func TestClose(t *testing.T) {
 	}
 	if p.Mem() != nil || p.Slice(a) != nil {
 		t.Error("Mem/Slice after Close not nil")
+	}
+	if _, err := p.File(a); !errors.Is(err, ErrClosed) {
+		t.Errorf("File after Close = %v", err)
 	}
 }
 
@@ -327,4 +328,31 @@ func allZero(b []byte) bool {
 		}
 	}
 	return true
+}
+
+// TestPartitionMappingPopulates checks that a partition's mapping in the
+// pool takes the advice a migration gives it (MADV_POPULATE_*, to fault
+// pages in outside the downtime), as any shared file mapping does, while
+// the reserved range around it refuses.
+func TestPartitionMappingPopulates(t *testing.T) {
+	p := newPool(t, 8*PageSize)
+	a, err := p.AllocAt(2*PageSize, 4*PageSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, advice := range []int{unix.MADV_POPULATE_READ, unix.MADV_POPULATE_WRITE} {
+		err := unix.Madvise(p.Slice(a), advice)
+		if errors.Is(err, unix.EINVAL) {
+			t.Skip("kernel without MADV_POPULATE_* (before 5.14)")
+		}
+		if err != nil {
+			t.Fatalf("madvise(%d) of a partition: %v", advice, err)
+		}
+	}
+	if err := unix.Madvise(p.Mem()[:2*PageSize], unix.MADV_POPULATE_WRITE); err == nil {
+		t.Error("populating reserved address space succeeded")
+	}
+	if !allZero(p.Slice(a)) {
+		t.Error("populating changed the partition")
+	}
 }

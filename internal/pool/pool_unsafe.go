@@ -3,42 +3,80 @@ package pool
 import (
 	"fmt"
 	"os"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
-// This file holds the pool's system calls: memfd creation, mapping, and
-// hole punching.
+// This file holds the pool's system calls: the reserved address range, each
+// partition's sealed memfd, and mapping partitions into and out of the
+// range.
 
-// createMapped creates a memfd of size bytes and maps it shared, read-write.
-func createMapped(size uint64) (*os.File, []byte, error) {
-	fd, err := unix.MemfdCreate("gmig-pool", unix.MFD_CLOEXEC)
+// partitionSeals are the seals every partition memfd carries (memfd_create(2),
+// fcntl(2) "File Sealing"): its size can never change, so no holder of the
+// descriptor — a vfio-user client is one — can truncate it under gmigd's
+// mapping (a SIGBUS in gmigd) or grow it; and no seal can be added or
+// removed afterwards.
+const partitionSeals = unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_SEAL
+
+// reserve claims size bytes of address space that maps nothing: every
+// access faults until a partition is mapped over part of it. MAP_NORESERVE
+// because no memory is committed to it (mmap(2)).
+func reserve(size uint64) ([]byte, error) {
+	addr, err := unix.MmapPtr(-1, 0, nil, uintptr(size), unix.PROT_NONE,
+		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
 	if err != nil {
-		return nil, nil, fmt.Errorf("pool: memfd_create: %w", err)
+		return nil, fmt.Errorf("pool: reserving %d bytes of address space: %w", size, err)
 	}
-	f := os.NewFile(uintptr(fd), "gmig-pool")
-	if err := unix.Ftruncate(fd, int64(size)); err != nil {
-		f.Close()
-		return nil, nil, fmt.Errorf("pool: ftruncate memfd to %d bytes: %w", size, err)
-	}
-	mem, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		f.Close()
-		return nil, nil, fmt.Errorf("pool: mmap %d bytes: %w", size, err)
-	}
-	return f, mem, nil
+	return unsafe.Slice((*byte)(addr), size), nil
 }
 
-// unmap releases a mapping made by createMapped.
-func unmap(mem []byte) error {
-	if err := unix.Munmap(mem); err != nil {
-		return fmt.Errorf("pool: munmap: %w", err)
+// release unmaps the whole reserved range, partitions included.
+func release(mem []byte) error {
+	if err := unix.MunmapPtr(unsafe.Pointer(unsafe.SliceData(mem)), uintptr(len(mem))); err != nil {
+		return fmt.Errorf("pool: unmapping the pool: %w", err)
 	}
 	return nil
 }
 
-// punchHole releases the backing pages of [off, off+size) of f; the range
-// reads as zeros afterwards, through every mapping of f.
-func punchHole(f *os.File, off, size uint64) error {
-	return unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, int64(off), int64(size))
+// newPartitionFile creates a memfd of exactly size bytes, sealed with
+// partitionSeals. It reads as zeros.
+func newPartitionFile(size uint64) (*os.File, error) {
+	fd, err := unix.MemfdCreate("gmig-partition", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return nil, fmt.Errorf("pool: memfd_create: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "gmig-partition")
+	if err := unix.Ftruncate(fd, int64(size)); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("pool: sizing a partition memfd to %d bytes: %w", size, err)
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, partitionSeals); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("pool: sealing a partition memfd: %w", err)
+	}
+	return f, nil
+}
+
+// mapPartition maps f, read-write and shared, over [off, off+size) of the
+// reserved range mem, replacing what was there.
+func mapPartition(mem []byte, off, size uint64, f *os.File) error {
+	_, err := unix.MmapPtr(int(f.Fd()), 0, unsafe.Pointer(&mem[off]), uintptr(size),
+		unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_FIXED)
+	if err != nil {
+		return fmt.Errorf("pool: mapping a partition at %#x: %w", off, err)
+	}
+	return nil
+}
+
+// unmapPartition puts [off, off+size) of mem back to reserved address
+// space: the partition's pages leave gmigd's address space, and touching
+// the range faults again.
+func unmapPartition(mem []byte, off, size uint64) error {
+	_, err := unix.MmapPtr(-1, 0, unsafe.Pointer(&mem[off]), uintptr(size), unix.PROT_NONE,
+		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE|unix.MAP_FIXED)
+	if err != nil {
+		return fmt.Errorf("pool: unmapping the partition at %#x: %w", off, err)
+	}
+	return nil
 }

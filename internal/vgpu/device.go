@@ -24,20 +24,21 @@ func (v *VGPU) Info() vfio.DeviceInfo {
 }
 
 // RegionInfo implements vfio.Device: BAR0 (trapped), BAR2 (the aperture,
-// mmap-able from the pool's memfd at the partition's offset), config space;
-// every other region is absent.
+// mmap-able from the partition's own sealed memfd at offset 0), config
+// space; every other region is absent. The aperture's descriptor reaches
+// this vGPU's graphics memory and nothing else (docs/device-abi.md §1.1);
+// once the vGPU is closed it is no longer handed out.
 func (v *VGPU) RegionInfo(index uint32) (vfio.RegionInfo, error) {
 	rw := uint32(vfio.RegionFlagRead | vfio.RegionFlagWrite)
 	switch {
 	case index == abi.BARRegs:
 		return vfio.RegionInfo{Flags: rw, Size: abi.BAR0Size}, nil
 	case index == abi.BARAperture:
-		return vfio.RegionInfo{
-			Flags:  rw | vfio.RegionFlagMmap,
-			Size:   v.cfg.MemSize,
-			File:   v.pool.File(),
-			Offset: v.part.Offset,
-		}, nil
+		ri := vfio.RegionInfo{Flags: rw | vfio.RegionFlagMmap, Size: v.cfg.MemSize, Offset: 0}
+		if err := v.withMemory(func([]byte) { ri.File = v.file }); err != nil {
+			return vfio.RegionInfo{}, err
+		}
+		return ri, nil
 	case index == vfio.PCIConfigRegionIndex:
 		return vfio.RegionInfo{Flags: rw, Size: configSpaceSize}, nil
 	case index < vfio.PCINumRegions:
@@ -74,8 +75,7 @@ func (v *VGPU) ReadRegion(index uint32, off uint64, p []byte) error {
 		if err := checkRange(off, len(p), v.cfg.MemSize); err != nil {
 			return err
 		}
-		copy(p, v.Memory()[off:])
-		return nil
+		return v.withMemory(func(mem []byte) { copy(p, mem[off:]) })
 	case vfio.PCIConfigRegionIndex:
 		if err := checkRange(off, len(p), configSpaceSize); err != nil {
 			return err
@@ -100,8 +100,7 @@ func (v *VGPU) WriteRegion(index uint32, off uint64, p []byte) error {
 		if err := checkRange(off, len(p), v.cfg.MemSize); err != nil {
 			return err
 		}
-		copy(v.Memory()[off:], p)
-		return nil
+		return v.withMemory(func(mem []byte) { copy(mem[off:], p) })
 	case vfio.PCIConfigRegionIndex:
 		if err := checkRange(off, len(p), configSpaceSize); err != nil {
 			return err

@@ -1,6 +1,7 @@
 // Package vgpu is one mediated virtual GPU: the device that gmigd serves to
 // QEMU over vfio-user (docs/device-abi.md). It composes a partition of the
-// host pool (graphics memory, exposed as the aperture BAR), the emulated PCI
+// host pool (graphics memory: its own sealed memfd, the only descriptor the
+// client gets, exposed as the aperture BAR at offset 0), the emulated PCI
 // config space, the BAR0 register file, the GTT and the command engine, and
 // implements vfio.Device for the vfio-user server.
 //
@@ -10,6 +11,8 @@
 //
 // Goroutines: the vfio server's request goroutine calls the Device methods;
 // the engine's goroutine executes commands and reports through Events.
-// Lock order: mmio.RegisterFile → pci.Config → vfio.IRQTable; the vGPU's own
-// mutex (lifecycle) is taken before any of them and never from the engine.
+// Lock order: mmio.RegisterFile → pci.Config → vfio.IRQTable. The vGPU's
+// memory lock (memMu: trapped aperture accesses and RegionInfo against
+// Close, which unmaps graphics memory) is never held with any of them; Close
+// takes the pool's mutex under it, and the engine never takes it.
 package vgpu

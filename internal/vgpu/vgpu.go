@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -76,6 +77,8 @@ type VGPU struct {
 	log  zerolog.Logger
 	pool *pool.Pool
 	part pool.Partition
+	mem  []byte   // the partition's bytes in the pool mapping
+	file *os.File // the partition's memfd, the aperture's backing; the pool owns it
 
 	pci    *pci.Config
 	regs   *mmio.RegisterFile
@@ -89,6 +92,11 @@ type VGPU struct {
 	fences, faults, written, beats atomic.Uint64
 	wroteHook                      atomic.Pointer[func(off, n uint64)]
 
+	// memMu orders trapped aperture accesses and RegionInfo against Close,
+	// which unmaps mem: a client still connected to a closed vGPU gets
+	// errors, never another vGPU's memory or a fault in gmigd.
+	memMu     sync.RWMutex
+	closed    bool // under memMu
 	closeOnce sync.Once
 }
 
@@ -114,16 +122,21 @@ func New(cfg Config, p *pool.Pool, log zerolog.Logger) (*VGPU, error) {
 
 // build wires the parts of a vGPU around an allocated partition.
 func build(cfg Config, p *pool.Pool, part pool.Partition, log zerolog.Logger) (*VGPU, error) {
+	file, err := p.File(part)
+	if err != nil {
+		return nil, fmt.Errorf("vgpu %s: graphics memory: %w", cfg.Name, err)
+	}
 	v := &VGPU{
 		cfg:    cfg,
 		log:    log.With().Str("vgpu", cfg.Name).Logger(),
 		pool:   p,
 		part:   part,
+		mem:    p.Slice(part),
+		file:   file,
 		dma:    vfio.NewDMATable(),
 		irqs:   vfio.NewIRQTable(),
 		apiLog: apilog.New(),
 	}
-	var err error
 	if v.pci, err = pci.New(identity, bars(cfg.MemSize), true); err != nil {
 		return nil, fmt.Errorf("vgpu %s: config space: %w", cfg.Name, err)
 	}
@@ -184,10 +197,10 @@ func (v *VGPU) Config() Config { return v.cfg }
 // Partition returns where the vGPU's graphics memory lives in the pool.
 func (v *VGPU) Partition() pool.Partition { return v.part }
 
-// Memory returns the vGPU's graphics memory (aperture page p at p*4096).
-func (v *VGPU) Memory() []byte {
-	return v.pool.Mem()[v.part.Offset : v.part.Offset+v.part.Size]
-}
+// Memory returns the vGPU's graphics memory (aperture page p at p*4096):
+// its partition of the pool mapping. It must not be touched once Close
+// has begun: Close unmaps it.
+func (v *VGPU) Memory() []byte { return v.mem }
 
 // Stats returns the vGPU's counters.
 func (v *VGPU) Stats() Stats {
@@ -248,7 +261,10 @@ func (v *VGPU) ServeDevice(ctx context.Context, l *net.UnixListener, dev vfio.De
 }
 
 // Close stops the engine, drops DMA mappings and interrupts, and returns the
-// partition to the pool (which zeroes it). The vGPU is unusable afterwards.
+// partition to the pool, which unmaps it and closes its memfd: a client
+// still mapping the aperture keeps those pages, which no other vGPU ever
+// gets. The vGPU is unusable afterwards: a client still connected gets
+// errors for the aperture, and Memory must no longer be touched.
 func (v *VGPU) Close() error {
 	var err error
 	v.closeOnce.Do(func() {
@@ -256,9 +272,12 @@ func (v *VGPU) Close() error {
 		v.closeBackend()
 		v.dma.UnmapAll()
 		v.irqs.Close()
+		v.memMu.Lock()
+		v.closed = true
 		if ferr := v.pool.Free(v.part); ferr != nil {
 			err = fmt.Errorf("vgpu %s: freeing partition: %w", v.cfg.Name, ferr)
 		}
+		v.memMu.Unlock()
 		v.log.Info().Msg("vgpu closed")
 	})
 	return err
@@ -269,4 +288,19 @@ func (v *VGPU) heartbeat(value uint64) {
 	if v.cfg.OnHeartbeat != nil {
 		v.cfg.OnHeartbeat(value, time.Now())
 	}
+}
+
+// ErrClosed is returned for aperture accesses to a closed vGPU.
+var ErrClosed = errors.New("vgpu: closed")
+
+// withMemory runs f on graphics memory, unless the vGPU is closed; Close
+// waits for f to return before it unmaps the memory.
+func (v *VGPU) withMemory(f func(mem []byte)) error {
+	v.memMu.RLock()
+	defer v.memMu.RUnlock()
+	if v.closed {
+		return fmt.Errorf("vgpu %s: %w", v.cfg.Name, ErrClosed)
+	}
+	f(v.mem)
+	return nil
 }

@@ -78,8 +78,13 @@ func TestRegionsAndIdentity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ri.File == nil || ri.Offset != v.Partition().Offset || ri.Offset == 0 || ri.Size != 2<<20 || ri.Flags&vfio.RegionFlagMmap == 0 {
+	// The aperture is the partition's own memfd at offset 0, whatever the
+	// partition's pool offset.
+	if ri.File == nil || ri.Offset != 0 || v.Partition().Offset == 0 || ri.Size != 2<<20 || ri.Flags&vfio.RegionFlagMmap == 0 {
 		t.Fatalf("aperture region %+v, partition %+v", ri, v.Partition())
+	}
+	if fi, err := ri.File.Stat(); err != nil || fi.Size() != 2<<20 {
+		t.Fatalf("aperture memfd: %v, %v; want %d bytes", fi, err, 2<<20)
 	}
 	if ri, _ := v.RegionInfo(abi.BARRegs); ri.Size != abi.BAR0Size || ri.File != nil {
 		t.Fatalf("BAR0 region %+v", ri)
