@@ -10,6 +10,7 @@ require (
 )
 
 require (
+	github.com/NVIDIA/go-nvml v0.13.0-1 // indirect
 	github.com/digitalocean/go-libvirt v0.0.0-20220804181439-8648fbde413e // indirect
 	github.com/ebitengine/purego v0.11.3 // indirect
 	github.com/mattn/go-colorable v0.1.14 // indirect

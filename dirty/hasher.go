@@ -84,3 +84,62 @@ func (h cpuHasher) HashPages(pages []int, out []uint64) error {
 		}
 	})
 }
+
+// splitHasher hashes with two hashers at once.
+type splitHasher struct {
+	a, b  PageHasher
+	share float64 // of the pages, b's
+	pages int
+}
+
+// SplitHasher returns a PageHasher that hashes with a and b at the same
+// time, over the same memory of pages pages: b takes the share (0..1) of
+// the pages asked for at the end of the list, a the rest. With rates ra
+// and rb, share rb/(ra+rb) finishes both together: a CPU's workers and a
+// GPU reading the same host memory, say.
+func SplitHasher(a, b PageHasher, share float64, pages int) PageHasher {
+	return splitHasher{a: a, b: b, share: min(1, max(0, share)), pages: pages}
+}
+
+func (s splitHasher) Name() string { return s.a.Name() + "+" + s.b.Name() }
+
+func (s splitHasher) HashPages(pages []int, out []uint64) error {
+	n := s.pages
+	if pages != nil {
+		n = len(pages)
+	}
+	if len(out) < n {
+		return fmt.Errorf("dirty: %d hashes wanted into %d slots", n, len(out))
+	}
+	k := n - int(float64(n)*s.share)
+	var pa, pb []int
+	if pages != nil {
+		pa, pb = pages[:k], pages[k:]
+	} else {
+		all := make([]int, n)
+		for i := range all {
+			all[i] = i
+		}
+		pa, pb = all[:k], all[k:]
+	}
+	var errB error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if len(pb) > 0 {
+			errB = s.b.HashPages(pb, out[k:n])
+		}
+	}()
+	var errA error
+	if len(pa) > 0 {
+		errA = s.a.HashPages(pa, out[:k])
+	}
+	<-done
+	if errA != nil {
+		return fmt.Errorf("dirty: %s: %w", s.a.Name(), errA)
+	}
+	if errB != nil {
+		return fmt.Errorf("dirty: %s: %w", s.b.Name(), errB)
+	}
+	return nil
+}

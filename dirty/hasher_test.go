@@ -8,7 +8,7 @@ import (
 )
 
 // TestScanWithHasher checks that a scan whose full hashes come from a
-// PageHasher finds exactly what the tracker's own workers find, by the same
+// PageHasher (two, splitting the pages) finds exactly what the tracker's own workers find, by the same
 // sources.
 func TestScanWithHasher(t *testing.T) {
 	const pages = 300
@@ -25,7 +25,11 @@ func TestScanWithHasher(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hashed, err := New(mem, Options{Workers: 2, Hasher: h})
+	h2, err := NewCPUHasher(mem, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hashed, err := New(mem, Options{Workers: 2, Hasher: SplitHasher(h, h2, 0.4, pages)})
 	if err != nil {
 		t.Fatal(err)
 	}

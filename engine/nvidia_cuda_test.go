@@ -88,7 +88,7 @@ func TestGPUHashMatchesXXHash(t *testing.T) {
 	for p := range want {
 		want[p] = dirty.HashPage(host[p*abi.PageSize : (p+1)*abi.PageSize])
 	}
-	hostDev, err := g.dev.HostRegister(host)
+	_, err := g.dev.HostRegister(host)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,34 +105,16 @@ func TestGPUHashMatchesXXHash(t *testing.T) {
 	if err := g.dev.Sync(s); err != nil {
 		t.Fatal(err)
 	}
-	for _, base := range []struct {
-		name string
-		p    cuda.DevPtr
-	}{{"device", devMem}, {"host", hostDev}} {
-		h, err := g.NewHasher(base.p, pages, base.name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var ph dirty.PageHasher = h
-		got := make([]uint64, pages)
-		if err := ph.HashPages(nil, got); err != nil {
-			t.Fatal(err)
-		}
-		for p := range got {
-			if got[p] != want[p] {
-				t.Fatalf("%s page %d: GPU %#x, xxhash %#x", base.name, p, got[p], want[p])
-			}
-		}
-		list := []int{999, 0, 7, 500, 7}
-		got = make([]uint64, len(list))
-		if err := ph.HashPages(list, got); err != nil {
-			t.Fatal(err)
-		}
-		for i, p := range list {
-			if got[i] != want[p] {
-				t.Fatalf("%s list entry %d (page %d): GPU %#x, xxhash %#x", base.name, i, p, got[i], want[p])
-			}
-		}
-		h.Close()
+	dh, err := g.NewHasher(devMem, pages)
+	if err != nil {
+		t.Fatal(err)
 	}
+	defer dh.Close()
+	hh, err := g.NewHostHasher(host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hh.Close()
+	checkHasher(t, dh, want)
+	checkHasher(t, hh, want)
 }

@@ -17,6 +17,8 @@ type gpuDevice interface {
 	FreeHost([]byte) error
 	Alloc(size uint64) (cuda.DevPtr, error)
 	Free(cuda.DevPtr) error
+	CopyHtoD(dst cuda.DevPtr, src []byte, s cuda.Stream) error
+	CopyDtoH(dst []byte, src cuda.DevPtr, s cuda.Stream) error
 	Launch(f cuda.Function, grid, block uint32, s cuda.Stream, params ...uint64) error
 	LoadModule(image []byte) (cuda.Module, error)
 	Function(m cuda.Module, name string) (cuda.Function, error)

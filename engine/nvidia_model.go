@@ -32,6 +32,7 @@ const (
 	mHash
 	mDiff
 	mScale // the guest module of the module tests
+	mNop   // gmig-nvbench's empty guest module
 )
 
 type modelRegion struct {
@@ -160,10 +161,23 @@ func (m *modelMapping) Move(addr cuda.DevPtr) (bool, error) {
 	return true, nil
 }
 
+func (d *modelDevice) CopyHtoD(dst cuda.DevPtr, src []byte, _ cuda.Stream) error {
+	copy(d.at(uint64(dst), uint64(len(src))), src)
+	return nil
+}
+
+func (d *modelDevice) CopyDtoH(dst []byte, src cuda.DevPtr, _ cuda.Stream) error {
+	copy(dst, d.at(uint64(src), uint64(len(dst))))
+	return nil
+}
+
 func (d *modelDevice) LoadModule([]byte) (cuda.Module, error) { return 1, nil }
 func (d *modelDevice) Function(_ cuda.Module, name string) (cuda.Function, error) {
-	if name == "scale" {
+	switch name {
+	case "scale":
 		return mScale, nil
+	case "nop":
+		return mNop, nil
 	}
 	return 0, errors.New("model: no such kernel")
 }
@@ -227,6 +241,7 @@ func (d *modelDevice) Launch(f cuda.Function, _, _ uint32, _ cuda.Stream, a ...u
 		for i := range w {
 			w[i] *= uint32(a[3])
 		}
+	case mNop:
 	default:
 		return fmt.Errorf("model: unknown kernel %d", f)
 	}

@@ -1,6 +1,11 @@
 package engine
 
-import "testing"
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/gmig-dev/gmig/dirty"
+)
 
 func TestNVIDIAModelMatchesSoftware(t *testing.T) {
 	g := newModelGPU()
@@ -15,4 +20,33 @@ func TestNVIDIAModelEngine(t *testing.T) {
 
 func TestNVIDIAModelGuestModule(t *testing.T) {
 	runGuestModule(t, withNVIDIAOn(newModelGPU(), true))
+}
+
+// TestGPUHasherModel checks the hasher's batching and host staging on the
+// model: pages spanning several staging chunks, lists out of order.
+func TestGPUHasherModel(t *testing.T) {
+	g := newModelGPU()
+	pages := 2*stagePages + 100
+	host := make([]byte, pages*pageBytes)
+	rng := rand.New(rand.NewPCG(5, 6))
+	for i := 0; i < len(host); i += 64 {
+		host[i] = byte(rng.Uint32())
+	}
+	want := make([]uint64, pages)
+	for p := range want {
+		want[p] = dirty.HashPage(host[p*pageBytes : (p+1)*pageBytes])
+	}
+	hh, err := g.NewHostHasher(host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hh.Close()
+	checkHasher(t, hh, want)
+	dev := g.ops.(*modelDevice).add(host)
+	dh, err := g.NewHasher(dev, pages)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dh.Close()
+	checkHasher(t, dh, want)
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/gmig-dev/gmig/abi"
+	"github.com/gmig-dev/gmig/dirty"
 	"github.com/gmig-dev/gmig/gtt"
 )
 
@@ -323,5 +324,34 @@ func runGuestModule(t *testing.T, opt harnessOpt) {
 	}
 	if got2 != va {
 		t.Errorf("mirror not re-created at the source's device address %#x (at %#x)", va, got2)
+	}
+}
+
+// checkHasher compares a GPU hasher with the xxhash64 of each page (want),
+// over every page and over a page list that repeats and jumps.
+func checkHasher(t *testing.T, h *GPUHasher, want []uint64) {
+	t.Helper()
+	var ph dirty.PageHasher = h
+	got := make([]uint64, len(want))
+	if err := ph.HashPages(nil, got); err != nil {
+		t.Fatal(err)
+	}
+	for p := range got {
+		if got[p] != want[p] {
+			t.Fatalf("%s page %d: GPU %#x, xxhash %#x", h.Name(), p, got[p], want[p])
+		}
+	}
+	list := []int{len(want) - 1, 0, 7, len(want) / 2, 7, 1}
+	got = make([]uint64, len(list))
+	if err := ph.HashPages(list, got); err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range list {
+		if got[i] != want[p] {
+			t.Fatalf("%s list entry %d (page %d): GPU %#x, xxhash %#x", h.Name(), i, p, got[i], want[p])
+		}
+	}
+	if err := ph.HashPages([]int{len(want)}, got); err == nil {
+		t.Fatalf("%s: page out of range accepted", h.Name())
 	}
 }

@@ -76,7 +76,13 @@ func cmdAperture(args []string) error {
 		name string
 		m    engine.WriteBack
 	}{{"nvidia, write back at fences", engine.WriteBackFence}, {"nvidia, write back per command", engine.WriteBackCommand}} {
-		nv, err := engine.NewNVIDIA(engine.NVIDIAConfig{GPU: g, Window: mem, WriteBack: wb.m})
+		// A window of its own: one memory is page-locked by one back end.
+		w, err := unix.Mmap(-1, 0, int(*window), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_ANONYMOUS)
+		if err != nil {
+			return err
+		}
+		defer unix.Munmap(w)
+		nv, err := engine.NewNVIDIA(engine.NVIDIAConfig{GPU: g, Window: w, WriteBack: wb.m})
 		if err != nil {
 			return err
 		}

@@ -50,7 +50,7 @@ func cmdHash(args []string) error {
 		_ = d.Memset32(m.Base, 0x9e3779b9, size/4, s)
 		_ = d.Sync(s)
 		pages := int(size / 4096)
-		h, err := g.NewHasher(m.Base, pages, "device")
+		h, err := g.NewHasher(m.Base, pages)
 		if err != nil {
 			return err
 		}
@@ -103,12 +103,11 @@ func cmdHash(args []string) error {
 		for i := 0; i < len(mem); i += 4096 {
 			mem[i] = byte(i >> 12)
 		}
-		hp, err := d.HostRegister(mem)
-		if err != nil {
+		if _, err := d.HostRegister(mem); err != nil {
 			return err
 		}
 		pages := int(size / 4096)
-		h, err := g.NewHasher(hp, pages, "host")
+		h, err := g.NewHostHasher(mem)
 		if err != nil {
 			return err
 		}
@@ -121,11 +120,34 @@ func cmdHash(args []string) error {
 				return err
 			}
 		}
-		row("host (PCIe)", size, "gpu PageHasher", n, time.Since(t))
+		el := time.Since(t)
+		row("host", size, "gpu (DMA to staging)", n, el)
+		gpuRate := float64(size) * float64(n) / el.Seconds()
+		cpu, err := dirty.NewCPUHasher(mem, *workers)
+		if err != nil {
+			return err
+		}
+		_ = cpu.HashPages(nil, hs)
+		t = time.Now()
+		for range n {
+			if err := cpu.HashPages(nil, hs); err != nil {
+				return err
+			}
+		}
+		el = time.Since(t)
+		row("host", size, fmt.Sprintf("cpu %d workers", *workers), n, el)
+		cpuRate := float64(size) * float64(n) / el.Seconds()
+		share := gpuRate / (gpuRate + cpuRate)
+		split := dirty.SplitHasher(cpu, h, share, pages)
+		t = time.Now()
+		for range n {
+			if err := split.HashPages(nil, hs); err != nil {
+				return err
+			}
+		}
+		row("host", size, fmt.Sprintf("cpu+gpu (gpu %.0f%%)", 100*share), n, time.Since(t))
 		h.Close()
 		_ = d.HostUnregister(mem)
-		rate := dirty.MeasureHashRate(mem, *workers)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.1f\t%.3f\t\n", "host", fmtSize(size), fmt.Sprintf("cpu %d workers", *workers), "-", rate/1e9, float64(size)/rate*1000)
 		_ = unix.Munmap(mem)
 	}
 	return tw.Flush()

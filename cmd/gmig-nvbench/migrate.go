@@ -41,6 +41,9 @@ func cmdMigrate(args []string) error {
 	fs.Var(&msizes, "sizes", "vGPU sizes for the downtime matrix")
 	fracs := fs.String("dirty", "0.001,0.01,0.1", "fractions of pages dirtied between the pre-copy and the pause")
 	skipWorkload := fs.Bool("skip-workload", false, "only the downtime matrix")
+	strats := fs.String("strategies", "oneshot,oneshot+gpu,oneshot+split,stopcopy",
+		"downtime strategies: oneshot (final scan on the CPU workers), oneshot+gpu (on the GPU), oneshot+split (both at once), stopcopy")
+	gpuShare := fs.Float64("gpu-share", 0.4, "oneshot+split: the GPU's share of the pages")
 	logLevel := fs.String("log-level", "warn", "log level")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -66,7 +69,7 @@ func cmdMigrate(args []string) error {
 		}
 		fr = append(fr, v)
 	}
-	return downtimeMatrix(ctx, log, msizes, fr, *seed)
+	return downtimeMatrix(ctx, log, msizes, fr, strings.Split(*strats, ","), *gpuShare, *seed)
 }
 
 // host is one side of a migration: a pool and a socket directory.
@@ -326,14 +329,14 @@ type dtResult struct {
 }
 
 // downtimeMatrix runs every size x dirty fraction x strategy.
-func downtimeMatrix(ctx context.Context, log zerolog.Logger, ss []uint64, fracs []float64, seed int64) error {
+func downtimeMatrix(ctx context.Context, log zerolog.Logger, ss []uint64, fracs []float64, strats []string, share float64, seed int64) error {
 	fmt.Printf("\n== downtime: CUDA back end on both sides, %d%% of pages hold data before the guest starts; after the pre-copy the guest dirties a fraction of pages (GPU FILL+RENDER through the ring, half, at most what its GTT maps; CPU stores through the aperture, the rest), then pauses. Downtime = pause to resume of the guest: stop phase (quiesce incl. device write-back, scan, transfer, restore, replay, other) + attach of the destination front end + resume. Loopback TCP, one stream.\n", 75)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "size\tdirty\tstrategy\tdowntime ms\tquiesce\tscan\ttransfer\trestore\treplay\tother\tattach\tresume\tstop pages\tstop MiB\tby source\twrite-back MiB\tpre-copy ms\tpre MiB\tscan GB/s\tmemory equal\t")
 	for _, size := range ss {
 		for _, f := range fracs {
-			for _, strat := range []string{"oneshot", "oneshot+gpuhash", "stopcopy"} {
-				r, err := downtimeRun(ctx, log, size, f, strat, seed)
+			for _, strat := range strats {
+				r, err := downtimeRun(ctx, log, size, f, strat, share, seed)
 				if err != nil {
 					return fmt.Errorf("%s, dirty %g, %s: %w", fmtSize(size), f, strat, err)
 				}
@@ -410,7 +413,7 @@ func equalParallel(a, b []byte) bool {
 	return same
 }
 
-func downtimeRun(ctx context.Context, log zerolog.Logger, size uint64, frac float64, strat string, seed int64) (r dtResult, err error) {
+func downtimeRun(ctx context.Context, log zerolog.Logger, size uint64, frac float64, strat string, share float64, seed int64) (r dtResult, err error) {
 	r = dtResult{size: size, frac: frac, strategy: strat}
 	src, err := newHost(size + 1<<20)
 	if err != nil {
@@ -488,10 +491,11 @@ func downtimeRun(ctx context.Context, log zerolog.Logger, size uint64, frac floa
 		recv <- err
 	}()
 	opts := precopy.Options{Strategy: precopy.OneShot, Log: log}
-	if strat == "stopcopy" {
+	switch strat {
+	case "oneshot":
+	case "stopcopy":
 		opts.Strategy = precopy.StopCopy
-	}
-	if strat == "oneshot+gpuhash" {
+	case "oneshot+gpu", "oneshot+split":
 		h, herr := v.GPU().PageHasher()
 		if herr != nil {
 			err = herr
@@ -499,6 +503,17 @@ func downtimeRun(ctx context.Context, log zerolog.Logger, size uint64, frac floa
 		}
 		defer h.Close()
 		opts.Hasher = h
+		if strat == "oneshot+split" {
+			cpu, herr := dirty.NewCPUHasher(v.Memory(), 0)
+			if herr != nil {
+				err = herr
+				return
+			}
+			opts.Hasher = dirty.SplitHasher(cpu, h, share, int(size/4096))
+		}
+	default:
+		err = fmt.Errorf("unknown strategy %q", strat)
+		return
 	}
 	s, err := precopy.NewSource(v, a, opts)
 	if err != nil {
