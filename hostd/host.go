@@ -55,6 +55,7 @@ type Info struct {
 	Socket     string     `json:"socket"`
 	MemSize    uint64     `json:"mem_size"`
 	GTTEntries uint32     `json:"gtt_entries"`
+	Backend    string     `json:"backend"` // software or cuda
 	PoolOffset uint64     `json:"pool_offset"`
 	Stats      vgpu.Stats `json:"stats"`
 }
@@ -178,7 +179,7 @@ func removeStaleSocket(path string) error {
 func (s *served) info() Info {
 	c := s.v.Config()
 	return Info{
-		Name: c.Name, Socket: s.socket, MemSize: c.MemSize, GTTEntries: c.GTTEntries,
+		Name: c.Name, Socket: s.socket, MemSize: c.MemSize, GTTEntries: c.GTTEntries, Backend: c.Backend,
 		PoolOffset: s.v.Partition().Offset, Stats: s.v.Stats(),
 	}
 }

@@ -131,9 +131,8 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 func workloadMigrations(ctx context.Context, log zerolog.Logger, mem uint64, steps int, seed int64) error {
 	wcfg := guest.WorkloadConfig{MemSize: mem / 4, Check: true}
 	startAt, pauseAt := uint64(steps/4), uint64(steps/2)
-	pauseOp := 1 + rand.New(rand.NewPCG(uint64(seed), 0x7061757365)).IntN(6)
-	fmt.Printf("\n== workload migrations: %s vGPUs, workload on %s (checked against its model every step), seed %d, %d steps, pre-copy from step %d, VM stops at operation %d of step %d\n",
-		fmtSize(mem), fmtSize(wcfg.MemSize), seed, steps, startAt, pauseOp, pauseAt)
+	fmt.Printf("\n== workload migrations: %s vGPUs, workload on %s (checked against its model every step), seed %d, %d steps, pre-copy from step %d, VM stops after step %d\n",
+		fmtSize(mem), fmtSize(wcfg.MemSize), seed, steps, startAt, pauseAt)
 	ref, err := func() ([32]byte, error) {
 		h, err := newHost(mem)
 		if err != nil {
@@ -165,7 +164,7 @@ func workloadMigrations(ctx context.Context, log zerolog.Logger, mem uint64, ste
 	}
 	fmt.Printf("reference (software back end, never migrated): digest %s\n", hex.EncodeToString(ref[:8]))
 	for _, st := range []precopy.Strategy{precopy.OneShot, precopy.Iterative, precopy.StopCopy} {
-		rep, sum, srcOff, dstOff, err := workloadMigrateOnce(ctx, log, mem, wcfg, steps, seed, st, startAt, pauseAt, pauseOp)
+		rep, sum, srcOff, dstOff, err := workloadMigrateOnce(ctx, log, mem, wcfg, steps, seed, st, startAt, pauseAt)
 		if err != nil {
 			return fmt.Errorf("%s: %w", st, err)
 		}
@@ -196,7 +195,7 @@ func bySource(n [dirty.NumSources]int) string {
 }
 
 func workloadMigrateOnce(ctx context.Context, log zerolog.Logger, mem uint64, wcfg guest.WorkloadConfig, steps int, seed int64,
-	st precopy.Strategy, startAt, pauseAt uint64, pauseOp int) (rep precopy.Report, sum [32]byte, srcOff, dstOff uint64, err error) {
+	st precopy.Strategy, startAt, pauseAt uint64) (rep precopy.Report, sum [32]byte, srcOff, dstOff uint64, err error) {
 	src, err := newHost(mem + 1<<20)
 	if err != nil {
 		return
@@ -233,10 +232,6 @@ func workloadMigrateOnce(ctx context.Context, log zerolog.Logger, mem uint64, wc
 		return
 	}
 	defer vm.Close()
-	paused, err := vm.PauseAt(pauseAt, pauseOp)
-	if err != nil {
-		return
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan error, 1)
@@ -277,11 +272,14 @@ func workloadMigrateOnce(ctx context.Context, log zerolog.Logger, mem uint64, wc
 		err = fail(err)
 		return
 	}
-	select {
-	case <-paused:
-	case e := <-done:
-		finished = true
-		err = fail(fmt.Errorf("the workload ended (%v) before the stop", e))
+	// The VM stops at the first operation boundary after step pauseAt
+	// (the workload is deterministic wherever it stops).
+	if err = vm.WaitStep(ctx, pauseAt); err != nil {
+		err = fail(err)
+		return
+	}
+	if err = vm.Pause(ctx); err != nil {
+		err = fail(err)
 		return
 	}
 	if rep, err = s.Stop(ctx); err != nil {

@@ -21,6 +21,7 @@ commands:
   vgpu     create, list, show or remove vGPUs of a running daemon
   guest    run the built-in guest simulator against a vGPU's vfio-user socket
   demo     one host, one vGPU and the simulator in one process, with a report
+  status   this host's GPUs (NVML) and whether the cuda back end can run
   bench    compare the migration strategies on one seeded workload (downtime in ms)
 
 Run 'gmigd <command> -h' for a command's flags.
@@ -32,11 +33,12 @@ func main() {
 		os.Exit(2)
 	}
 	cmds := map[string]func([]string) error{
-		"serve": cmdServe,
-		"vgpu":  cmdVGPU,
-		"guest": cmdGuest,
-		"demo":  cmdDemo,
-		"bench": cmdBench,
+		"serve":  cmdServe,
+		"vgpu":   cmdVGPU,
+		"status": cmdStatus,
+		"guest":  cmdGuest,
+		"demo":   cmdDemo,
+		"bench":  cmdBench,
 	}
 	name, args := os.Args[1], os.Args[2:]
 	if name == "-h" || name == "--help" || name == "help" {
