@@ -88,21 +88,21 @@ func TestGPUHashMatchesXXHash(t *testing.T) {
 	for p := range want {
 		want[p] = dirty.HashPage(host[p*abi.PageSize : (p+1)*abi.PageSize])
 	}
-	_, err := g.dev.HostRegister(host)
+	_, err := g.ops.HostRegister(host)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer g.dev.HostUnregister(host)
-	devMem, err := g.dev.Alloc(pages * abi.PageSize)
+	defer g.ops.HostUnregister(host)
+	devMem, err := g.ops.Alloc(pages * abi.PageSize)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer g.dev.Free(devMem)
-	s, _ := g.dev.NewStream()
-	if err := g.dev.CopyHtoD(devMem, host, s); err != nil {
+	defer g.ops.Free(devMem)
+	s, _ := g.ops.NewStream()
+	if err := g.ops.CopyHtoD(devMem, host, s); err != nil {
 		t.Fatal(err)
 	}
-	if err := g.dev.Sync(s); err != nil {
+	if err := g.ops.Sync(s); err != nil {
 		t.Fatal(err)
 	}
 	dh, err := g.NewHasher(devMem, pages)
