@@ -3,12 +3,14 @@ package precopy
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/gmig-dev/gmig/abi"
 	"github.com/gmig-dev/gmig/guest"
 	"github.com/gmig-dev/gmig/internal/apilog"
+	"github.com/gmig-dev/gmig/internal/migtest"
 	"github.com/gmig-dev/gmig/internal/pool"
 	"github.com/gmig-dev/gmig/internal/sim"
 )
@@ -22,18 +24,10 @@ func TestAPILogAcrossHops(t *testing.T) {
 	const mem = 4 << 20
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	pools := [2]*pool2{{newPool(t, 4*mem)}, {newPool(t, 4*mem)}}
-	cur := serveNew(t, pools[0].p, "k0", mem)
-	bus, err := sim.Attach(cur.path, sim.Options{MSI: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := guest.Open(bus, guest.Options{Seed: 9, UseIRQ: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := &vm{t: t, bus: bus, d: d, gate: newPauser(func() uint64 { return 0 })}
-	t.Cleanup(func() { m.bus.Close() })
+	pools := [2]*pool.Pool{migtest.NewPool(t, 4*mem), migtest.NewPool(t, 4*mem)}
+	cur := migtest.ServeNew(t, pools[0], "k0", mem)
+	m := migtest.Attach(t, cur, 9, sim.Options{MSI: true})
+	d := m.D
 	const live, gone = 0x40, 0x41
 	must := func(err error) {
 		t.Helper()
@@ -49,11 +43,11 @@ func TestAPILogAcrossHops(t *testing.T) {
 	}
 	must(d.UnloadKernel(gone))
 	must(d.Sync(ctx))
-	before := cur.v.APILog().Compacted()
+	before := cur.V.APILog().Compacted()
 
 	for i := range 2 {
 		var rep Report
-		cur, rep = migrateVM(ctx, t, m, cur, pools[(i+1)%2].p, "k"+string(rune('1'+i)), Options{Log: testLog}, 0)
+		cur, rep, _ = migrateVM(ctx, t, m, cur, pools[(i+1)%2], hop{name: "k" + string(rune('1'+i)), opts: Options{Log: migtest.Log}})
 		a := rep.APILog
 		if a.CompactedEntries >= int(a.RawEntries) || a.CompactedBytes != a.CompactedEntries*apilog.EntrySize {
 			t.Errorf("hop %d: API log %+v", i+1, a)
@@ -63,10 +57,8 @@ func TestAPILogAcrossHops(t *testing.T) {
 	// The simulator re-programs config space when it re-attaches (a real
 	// destination QEMU does not), which reorders the config writes: compare
 	// those as a set.
-	after := cur.v.APILog().Compacted()
-	ad, ac := splitLog(after)
-	bd, bc := splitLog(before)
-	if !equalEntries(ad, bd) || !sameSet(ac, bc) {
+	after := cur.V.APILog().Compacted()
+	if !slices.Equal(deviceEntries(after), deviceEntries(before)) || !sameSet(cur.V.ConfigWrites(), configWrites(before)) {
 		t.Fatalf("API log after two hops %+v, before %+v", after, before)
 	}
 
@@ -85,8 +77,15 @@ func TestAPILogAcrossHops(t *testing.T) {
 	}
 }
 
-// pool2 names a test pool for readability of the hop loop.
-type pool2 struct{ p *pool.Pool }
+// deviceEntries and configWrites split a compacted log as SaveMigrated
+// does: what the device replays, and the guest's config writes.
+func deviceEntries(es []apilog.Entry) []apilog.Entry {
+	return slices.DeleteFunc(slices.Clone(es), func(e apilog.Entry) bool { return e.Kind == apilog.ConfigWrite })
+}
+
+func configWrites(es []apilog.Entry) []apilog.Entry {
+	return slices.DeleteFunc(slices.Clone(es), func(e apilog.Entry) bool { return e.Kind != apilog.ConfigWrite })
+}
 
 func sameSet(a, b []apilog.Entry) bool {
 	m := map[apilog.Entry]int{}
@@ -102,16 +101,4 @@ func sameSet(a, b []apilog.Entry) bool {
 		}
 	}
 	return len(a) == len(b)
-}
-
-func equalEntries(a, b []apilog.Entry) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

@@ -4,89 +4,26 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"io"
 	"net"
 	"sync"
-	"testing"
 
-	"github.com/rs/zerolog"
-
-	"github.com/gmig-dev/gmig/internal/pool"
 	"github.com/gmig-dev/gmig/internal/vgpu"
 	"github.com/gmig-dev/gmig/precopy/stream"
 )
 
-// testLog is the logger tests give the code under test: quiet unless a
-// test is debugged.
-var testLog = zerolog.Nop()
-
-func newPool(t *testing.T, size uint64) *pool.Pool {
-	t.Helper()
-	p, err := pool.New(size)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	return p
-}
-
-func newVGPU(t *testing.T, p *pool.Pool, name string, mem uint64) *vgpu.VGPU {
-	t.Helper()
-	v, err := vgpu.New(vgpu.Config{Name: name, MemSize: mem}, p, testLog)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { v.Close() })
-	return v
-}
-
-// tcpPair returns the two ends of a loopback TCP connection.
-func tcpPair(t *testing.T) (a, b net.Conn) {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	type res struct {
-		c   net.Conn
-		err error
-	}
-	ch := make(chan res, 1)
-	go func() {
-		c, err := l.Accept()
-		ch <- res{c, err}
-	}()
-	a, err = net.Dial("tcp", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := <-ch
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	t.Cleanup(func() { a.Close(); r.c.Close() })
-	return a, r.c
-}
-
-func pipePair(t *testing.T) (a, b net.Conn) {
-	a, b = net.Pipe()
-	t.Cleanup(func() { a.Close(); b.Close() })
-	return a, b
-}
-
 // received is what Receive returned.
 type received struct {
-	v   *vgpu.VGPU
 	rep Report
 	err error
 }
 
-// receive runs Receive on its own goroutine.
-func receive(ctx context.Context, conn net.Conn, p *pool.Pool, name string, fe FrontEnd) <-chan received {
+// receive runs Receive into v on its own goroutine.
+func receive(ctx context.Context, conn io.Reader, v *vgpu.VGPU, opts Options) <-chan received {
 	ch := make(chan received, 1)
 	go func() {
-		v, rep, err := Receive(ctx, conn, vgpu.RestoreArgs{Config: vgpu.Config{Name: name}, Pool: p, Log: testLog}, fe)
-		ch <- received{v, rep, err}
+		rep, err := Receive(ctx, conn, v, opts)
+		ch <- received{rep, err}
 	}()
 	return ch
 }

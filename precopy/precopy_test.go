@@ -13,28 +13,24 @@ import (
 	"github.com/gmig-dev/gmig/abi"
 	"github.com/gmig-dev/gmig/dirty"
 	"github.com/gmig-dev/gmig/internal/apilog"
+	"github.com/gmig-dev/gmig/internal/migtest"
+	"github.com/gmig-dev/gmig/internal/pool"
+	"github.com/gmig-dev/gmig/internal/vgpu"
 )
 
-// configRecorder is a FrontEnd that records the writes it is given.
-type configRecorder struct{ writes []apilog.Entry }
-
-func (c *configRecorder) WriteConfig(off uint16, size uint8, v uint32) error {
-	c.writes = append(c.writes, apilog.Entry{Kind: apilog.ConfigWrite, Offset: off, Size: size, Arg: v})
-	return nil
-}
-
 // TestMigrateStrategies migrates a vGPU set up directly (no guest) with
-// each strategy over a pipe and over loopback TCP into another pool at a
-// different offset, with the VM writing between Precopy and Stop: the
-// destination's memory and state equal the source's, the front end gets
-// the guest's config writes, the remapped GTT sends the destination's
-// engine writes into its own partition, and a kernel loaded before the
-// migration launches after it while one unloaded before does not.
+// each strategy over a pipe and over loopback TCP into a vGPU of another
+// pool at a different offset, with the VM writing between Precopy and
+// Stop: the destination's memory and state equal the source's, its API log
+// hands back the guest's config writes (ConfigWrites, for the destination
+// QEMU), the remapped GTT sends the destination's engine writes into its
+// own partition, and a kernel loaded before the migration launches after
+// it while one unloaded before does not.
 func TestMigrateStrategies(t *testing.T) {
 	for _, tr := range []struct {
 		name string
-		pair func(*testing.T) (net.Conn, net.Conn)
-	}{{"pipe", pipePair}, {"tcp", tcpPair}} {
+		pair func(testing.TB) (net.Conn, net.Conn)
+	}{{"pipe", migtest.PipePair}, {"tcp", migtest.TCPPair}} {
 		for _, strat := range Strategies {
 			t.Run(string(strat)+"/"+tr.name, func(t *testing.T) {
 				testMigrateStrategy(t, strat, tr.pair)
@@ -43,20 +39,23 @@ func TestMigrateStrategies(t *testing.T) {
 	}
 }
 
-func testMigrateStrategy(t *testing.T, strat Strategy, pair func(*testing.T) (net.Conn, net.Conn)) {
+func testMigrateStrategy(t *testing.T, strat Strategy, pair func(testing.TB) (net.Conn, net.Conn)) {
 	const mem = 4 << 20
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	pa, pb := newPool(t, 16<<20), newPool(t, 16<<20)
-	_ = newVGPU(t, pa, "filler", 2<<20)
-	_ = newVGPU(t, pb, "filler", 4<<20) // the destination lands at another offset
-	src := newDev(t, pa, "src", mem, 1)
-	src.fillMemory(2)
+	pa, pb := migtest.NewPool(t, 16<<20), migtest.NewPool(t, 16<<20)
+	_ = migtest.NewVGPU(t, pa, "filler", 2<<20)
+	_ = migtest.NewVGPU(t, pb, "filler", 4<<20) // the destination lands at another offset
+	src := migtest.NewDev(t, pa, "src", mem, 1)
+	src.FillMemory(2)
+	dst := migtest.NewVGPU(t, pb, "dst", mem)
+	if got := dst.ConfigWrites(); len(got) != 0 {
+		t.Fatalf("a fresh destination vGPU already has config writes %+v", got)
+	}
 
 	a, b := pair(t)
-	var fe configRecorder
-	recv := receive(ctx, b, pb, "dst", &fe)
-	s, err := NewSource(src.v, a, Options{Strategy: strat, Workers: 2, Log: testLog})
+	recv := receive(ctx, b, dst, Options{Log: migtest.Log})
+	s, err := NewSource(src.V, a, Options{Strategy: strat, Workers: 2, Log: migtest.Log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +63,7 @@ func testMigrateStrategy(t *testing.T, strat Strategy, pair func(*testing.T) (ne
 	if err := s.Precopy(ctx); err != nil {
 		t.Fatal(err)
 	}
-	src.runWhileLive(3)
+	src.RunWhileLive(3)
 	rep, err := s.Stop(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -73,33 +72,31 @@ func testMigrateStrategy(t *testing.T, strat Strategy, pair func(*testing.T) (ne
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
-	dst := &dev{t: t, v: r.v, perm: src.perm, tail: src.tail}
-	t.Cleanup(func() { dst.v.Close() })
 	t.Logf("source report:\n%s", rep)
 
-	if dst.v.Partition().Offset == src.v.Partition().Offset {
-		t.Fatalf("destination at the source's pool offset %#x", src.v.Partition().Offset)
+	if dst.Partition().Offset == src.V.Partition().Offset {
+		t.Fatalf("destination at the source's pool offset %#x", src.V.Partition().Offset)
 	}
-	if !bytes.Equal(src.v.Memory(), dst.v.Memory()) {
+	if !bytes.Equal(src.V.Memory(), dst.Memory()) {
 		t.Fatal("destination memory differs from the source's")
 	}
-	want, err := src.v.Save()
+	want, err := src.V.Save()
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := dst.v.Save()
+	got, err := dst.Save() // also: Receive left it quiesced
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("restored state differs:\n got %+v\nwant %+v", got.Engine, want.Engine)
 	}
-	_, srcConfig := splitLog(src.v.APILog().Compacted())
-	if !reflect.DeepEqual(fe.writes, srcConfig) || len(fe.writes) == 0 {
-		t.Fatalf("front end got %+v, source log has %+v", fe.writes, srcConfig)
+	if cw := dst.ConfigWrites(); !reflect.DeepEqual(cw, migtest.ConfigWrites) || !reflect.DeepEqual(cw, src.V.ConfigWrites()) {
+		t.Fatalf("destination hands back config writes %+v; the source guest wrote %+v (its log: %+v)",
+			cw, migtest.ConfigWrites, src.V.ConfigWrites())
 	}
-	if !reflect.DeepEqual(dst.v.APILog().Compacted(), src.v.APILog().Compacted()) {
-		t.Fatalf("destination API log %+v, source %+v", dst.v.APILog().Compacted(), src.v.APILog().Compacted())
+	if !reflect.DeepEqual(dst.APILog().Compacted(), src.V.APILog().Compacted()) {
+		t.Fatalf("destination API log %+v, source %+v", dst.APILog().Compacted(), src.V.APILog().Compacted())
 	}
 	checkReport(t, strat, rep, int(mem/abi.PageSize))
 	if r.rep.Stop.DirtyPages != rep.Stop.DirtyPages || r.rep.Precopy.Pages != rep.Precopy.Pages ||
@@ -108,24 +105,8 @@ func testMigrateStrategy(t *testing.T, strat Strategy, pair func(*testing.T) (ne
 	}
 
 	// The destination runs on its own partition.
-	dst.v.Resume()
-	before := append([]byte(nil), src.page(gFillAfter)...)
-	dst.submit(guest_fill(gFillAfter, 0xabcdef01))
-	if p := dst.page(gFillAfter); p[0] != 0x01 || p[3] != 0xab || p[abi.PageSize-1] != 0xab {
-		t.Fatalf("FILL on the destination did not land in its partition: % x", p[:8])
-	}
-	if !bytes.Equal(src.page(gFillAfter), before) {
-		t.Fatal("FILL on the destination changed the source's memory")
-	}
-	if dst.saxpy(hSaxpy) {
-		t.Fatal("a kernel loaded before the migration does not launch after it")
-	}
-	if !dst.saxpy(hRender + 0x100) {
-		t.Fatal("an unknown handle launched")
-	}
-	if !dst.saxpy(hRender) {
-		t.Fatal("a kernel unloaded before the migration launched after it")
-	}
+	dst.Resume()
+	src.CheckRunsAfter(dst)
 }
 
 func checkReport(t *testing.T, strat Strategy, rep Report, pages int) {
@@ -174,11 +155,12 @@ func checkReport(t *testing.T, strat Strategy, rep Report, pages int) {
 func TestSourceLifecycle(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	pa, pb := newPool(t, 8<<20), newPool(t, 8<<20)
-	src := newDev(t, pa, "src", 1<<20, 1)
-	a, b := pipePair(t)
-	recv := receive(ctx, b, pb, "dst", nil)
-	s, err := NewSource(src.v, a, Options{Strategy: Iterative, Log: testLog})
+	pa, pb := migtest.NewPool(t, 8<<20), migtest.NewPool(t, 8<<20)
+	src := migtest.NewDev(t, pa, "src", 1<<20, 1)
+	dst := migtest.NewVGPU(t, pb, "dst", 1<<20)
+	a, b := migtest.PipePair(t)
+	recv := receive(ctx, b, dst, Options{Log: migtest.Log})
+	s, err := NewSource(src.V, a, Options{Strategy: Iterative, Log: migtest.Log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,8 +178,6 @@ func TestSourceLifecycle(t *testing.T) {
 	}
 	if r := <-recv; r.err != nil {
 		t.Fatal(r.err)
-	} else {
-		r.v.Close()
 	}
 	// Rollback after a successful Stop (the switchover failed later)
 	// resumes the source; again and after Close it does nothing.
@@ -208,23 +188,26 @@ func TestSourceLifecycle(t *testing.T) {
 	if _, err := s.Stop(ctx); err == nil {
 		t.Fatal("Stop after Close was accepted")
 	}
-	src.submit(guest_fill(gFillAfter, 1)) // the source engine runs again
+	src.Submit(migtest.Fill(migtest.GFillAfter, 1)) // the source engine runs again
 	if _, err := ParseStrategy("bogus"); err == nil {
 		t.Fatal("ParseStrategy accepted bogus")
 	}
-	if _, err := NewSource(src.v, a, Options{MaxRounds: -1}); err == nil {
+	if _, err := NewSource(src.V, a, Options{MaxRounds: -1}); err == nil {
 		t.Fatal("negative MaxRounds accepted")
 	}
 }
 
 // TestReceiveRefusesGarbage sends something that is not a migration
-// stream: Receive fails, frees its partition and tells the peer why.
+// stream: Receive fails and tells the peer why, and leaves its vGPU
+// quiesced and untouched for the caller to discard, which empties the
+// destination pool.
 func TestReceiveRefusesGarbage(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	pb := newPool(t, 8<<20)
-	a, b := tcpPair(t)
-	recv := receive(ctx, b, pb, "dst", nil)
+	pb := migtest.NewPool(t, 8<<20)
+	dst := migtest.NewVGPU(t, pb, "dst", 1<<20)
+	a, b := migtest.TCPPair(t)
+	recv := receive(ctx, b, dst, Options{Log: migtest.Log})
 	if _, err := a.Write([]byte("GET / HTTP/1.0\r\n\r\n")); err != nil {
 		t.Fatal(err)
 	}
@@ -233,46 +216,98 @@ func TestReceiveRefusesGarbage(t *testing.T) {
 		t.Fatalf("verdict %+v, %v", m, err)
 	}
 	a.(*net.TCPConn).CloseWrite()
-	r := <-recv
-	if r.err == nil || r.v != nil {
-		t.Fatalf("Receive = %v, %v", r.v, r.err)
+	if r := <-recv; r.err == nil || !strings.HasPrefix(r.err.Error(), "precopy: ") {
+		t.Fatalf("Receive = %v", r.err)
 	}
-	if parts := pb.Partitions(); len(parts) != 0 {
-		t.Fatalf("partitions left: %v", parts)
+	checkDiscarded(t, dst, pb)
+}
+
+// checkDiscarded checks the caller's side of a refused migration: Receive
+// left v quiesced, and closing it (the caller discards it) leaves p
+// without partitions.
+func checkDiscarded(t *testing.T, v *vgpu.VGPU, p *pool.Pool) {
+	t.Helper()
+	if !migtest.Quiesced(t, v) {
+		t.Fatal("Receive failed and left the destination vGPU running")
+	}
+	if err := v.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if parts := p.Partitions(); len(parts) != 0 {
+		t.Fatalf("the destination pool keeps partitions %v", parts)
 	}
 }
 
-// TestStripLoggedRefusesDisagreement: a log that does not describe the
-// device fails the migration instead of losing state.
-func TestStripLoggedRefusesDisagreement(t *testing.T) {
-	p := newPool(t, 4<<20)
-	d := newDev(t, p, "v", 1<<20, 1)
-	d.fillMemory(1)
-	d.v.Quiesce()
-	defer d.v.Resume()
-	st, err := d.v.Save()
+// TestStopRefusesLogMismatch: SaveMigrated moves what the API log carries
+// out of the saved state, and an API log that does not describe the device
+// fails the migration at the stop (vgpu.ErrLogMismatch) instead of losing
+// state; the source rolls back and runs on, and the destination refuses.
+func TestStopRefusesLogMismatch(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	newSource := func(t *testing.T) *migtest.Dev {
+		d := migtest.NewDev(t, migtest.NewPool(t, 4<<20), "v", 1<<20, 1)
+		d.FillMemory(1)
+		return d
+	}
+
+	d := newSource(t)
+	d.V.Quiesce()
+	m, err := d.V.SaveMigrated()
+	d.V.Resume()
 	if err != nil {
 		t.Fatal(err)
 	}
-	device, _ := splitLog(d.v.APILog().Compacted())
-	good := st
-	if err := stripLogged(&good, device); err != nil {
-		t.Fatal(err)
+	if st := m.State; st.Engine.Kernels != nil || st.Engine.FenceDone != 0 || st.Regs.IntMask != 0 {
+		t.Fatalf("the saved state still carries what the log does: %+v, %+v", st.Engine, st.Regs)
 	}
-	if good.Engine.Kernels != nil || good.Engine.FenceDone != 0 || good.Regs.IntMask != 0 {
-		t.Fatalf("stripped state still carries %+v", good.Engine)
+	if len(m.Device) == 0 || !reflect.DeepEqual(m.FrontEnd, migtest.ConfigWrites) {
+		t.Fatalf("log split into device %+v and front end %+v", m.Device, m.FrontEnd)
 	}
-	for i, bad := range [][]apilog.Entry{
-		device[1:],
-		append(append([]apilog.Entry(nil), device...), apilog.Entry{Kind: apilog.Fence, Value: 99}),
-		append(append([]apilog.Entry(nil), device...), apilog.Entry{Kind: apilog.KernelLoad, Handle: 77, Arg: 1}),
+	device := m.Device
+
+	for _, tc := range []struct {
+		name string
+		log  []apilog.Entry // replaces the device entries of the source's log
+	}{
+		{"an entry missing", device[1:]},
+		{"another fence", append(append([]apilog.Entry(nil), device...), apilog.Entry{Kind: apilog.Fence, Value: 99})},
+		{"an unknown kernel", append(append([]apilog.Entry(nil), device...), apilog.Entry{Kind: apilog.KernelLoad, Handle: 77, Arg: 1})},
 	} {
-		s := st
-		if err := stripLogged(&s, bad); err == nil || !strings.HasPrefix(err.Error(), "precopy: ") {
-			t.Errorf("case %d: %v", i, err)
-		}
-	}
-	if errors.Is(nil, ErrRefused) {
-		t.Fatal("unreachable")
+		t.Run(tc.name, func(t *testing.T) {
+			src := newSource(t)
+			l := src.V.APILog()
+			l.Reset()
+			for _, e := range append(append([]apilog.Entry(nil), tc.log...), migtest.ConfigWrites...) {
+				l.Record(e)
+			}
+			pb := migtest.NewPool(t, 4<<20)
+			dst := migtest.NewVGPU(t, pb, "dst", 1<<20)
+			a, b := migtest.TCPPair(t)
+			recv := receive(ctx, b, dst, Options{Log: migtest.Log})
+			s, err := NewSource(src.V, a, Options{Log: migtest.Log})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Precopy(ctx); err != nil {
+				t.Fatal(err)
+			}
+			_, err = s.Stop(ctx)
+			if !errors.Is(err, vgpu.ErrLogMismatch) || !strings.HasPrefix(err.Error(), "precopy: stop: ") {
+				t.Fatalf("Stop with a log that disagrees: %v", err)
+			}
+			s.Rollback()
+			if migtest.Quiesced(t, src.V) {
+				t.Fatal("the source is still quiesced after Rollback")
+			}
+			src.Submit(migtest.Fill(migtest.GFillAfter, 0x01010101))
+			if pg := src.Page(migtest.GFillAfter); pg[0] != 1 || pg[len(pg)-1] != 1 {
+				t.Fatal("the source engine does not run after Rollback")
+			}
+			if r := <-recv; r.err == nil {
+				t.Fatal("the destination accepted a migration the source failed")
+			}
+			checkDiscarded(t, dst, pb)
+		})
 	}
 }

@@ -17,14 +17,15 @@ import (
 // Receive is the destination of one migration, into v: a vGPU that already
 // exists on this host, created by the caller with the source's memory size
 // and GTT entries and, usually, already attached to the destination VMM
-// (which needs its device before it starts). v is quiesced at the begin
-// Meta; every page is written straight into its memory as it arrives (at
-// this host's pool offset: the shadow GTT is rebuilt against it when the
-// state is restored — Dynamic Graphics Address Remapping); after End the
-// API log is replayed into the received state, the state restored and the
-// log recorded in v's own API log, so v describes itself as the source did
-// and can migrate again. The guest's config writes are among them
-// (v.ConfigWrites): the caller gives them to its VMM's front end.
+// (which needs its device before it starts). v is quiesced first, so it
+// is quiesced whenever Receive returns; every page is written straight
+// into its memory as it arrives (at this host's pool offset: the shadow
+// GTT is rebuilt against it when the state is restored — Dynamic Graphics
+// Address Remapping); after End the API log is replayed into the received
+// state, the state restored and the log recorded in v's own API log, so v
+// describes itself as the source did and can migrate again. The guest's
+// config writes are among them (v.ConfigWrites): the caller gives them to
+// its VMM's front end.
 //
 // Then the verdict is sent on conn, which must also be an io.Writer,
 // unless opts.NoVerdict; opts.Log is the only other field used. The
@@ -38,6 +39,7 @@ import (
 // source closes it, so the refusal is not lost to a TCP reset; bound ctx,
 // it also bounds that wait.
 func Receive(ctx context.Context, conn io.Reader, v *vgpu.VGPU, opts Options) (Report, error) {
+	v.Quiesce()
 	d := &dest{conn: conn, v: v, log: opts.Log}
 	if !opts.NoVerdict {
 		w, ok := conn.(io.Writer)
@@ -140,7 +142,7 @@ func (d *dest) receive(ctx context.Context) error {
 	return nil
 }
 
-// begin reads the begin Meta and creates the destination vGPU.
+// begin reads the begin Meta and checks it against the destination vGPU.
 func (d *dest) begin(r *stream.Reader) error {
 	sec, err := r.Next(nil)
 	if err != nil {
@@ -166,7 +168,6 @@ func (d *dest) begin(r *stream.Reader) error {
 			m.MemSize, m.GTTEntries, cfg.MemSize, cfg.GTTEntries)
 	}
 	d.log = d.log.With().Str("vgpu", cfg.Name).Str("strategy", string(d.rep.Strategy)).Logger()
-	d.v.Quiesce()
 	if err := populate(d.v.Memory(), true); err != nil {
 		d.log.Warn().Err(err).Msg("populating the destination partition; pages fault in as they arrive")
 	}

@@ -1,6 +1,7 @@
 package precopy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gmig-dev/gmig/guest"
+	"github.com/gmig-dev/gmig/internal/migtest"
 	"github.com/gmig-dev/gmig/internal/pool"
+	"github.com/gmig-dev/gmig/internal/vgpu"
 	"github.com/gmig-dev/gmig/precopy/stream"
 )
 
@@ -26,13 +30,6 @@ func has(spans []span, typ stream.SectionType, nth int) (span, bool) {
 		}
 	}
 	return span{}, false
-}
-
-// corrupt returns a copy of p with the byte at p[i] flipped.
-func corrupt(p []byte, i int) []byte {
-	q := append([]byte(nil), p...)
-	q[i] ^= 0x5a
-	return q
 }
 
 // faultCases are the failures TestRollback injects, one migration each.
@@ -68,7 +65,7 @@ var faultCases = []struct {
 	{name: "page corrupted in pre-copy", strategy: OneShot, want: ErrRefused, src: func(context.CancelFunc) fault {
 		return func(_ int64, p []byte, spans []span, _ *follower) ([]byte, bool) {
 			if s, ok := has(spans, stream.PageBatch, 3); ok && s.hi-s.lo > 200 {
-				return corrupt(p, s.lo+150), false
+				return migtest.Corrupt(p, s.lo+150), false
 			}
 			return nil, false
 		}
@@ -76,7 +73,7 @@ var faultCases = []struct {
 	{name: "device state corrupted", strategy: Iterative, want: ErrRefused, src: func(context.CancelFunc) fault {
 		return func(_ int64, p []byte, spans []span, _ *follower) ([]byte, bool) {
 			if s, ok := has(spans, stream.DeviceState, 0); ok {
-				return corrupt(p, s.lo+(s.hi-s.lo)/2), false
+				return migtest.Corrupt(p, s.lo+(s.hi-s.lo)/2), false
 			}
 			return nil, false
 		}
@@ -100,11 +97,13 @@ var faultCases = []struct {
 }
 
 // TestRollback injects each fault into a migration of a guest's vGPU while
-// its self-checking workload runs: each migration fails, the source rolls
-// back, the destination pool is left empty, and the guest goes on on the
-// source (checking graphics memory against its model after every step).
-// After all of them a migration succeeds, and the final digest equals a
-// run that was never migrated.
+// its self-checking workload runs: each migration fails and the source
+// rolls back; Receive leaves the destination vGPU quiesced and the caller
+// discards it, which empties the destination pool; a migration that failed
+// after the guest paused left the source's memory as it was; and the guest
+// goes on on the source (checking graphics memory against its model after
+// every step). After all of them a migration succeeds, and the final
+// digest equals a run that was never migrated.
 func TestRollback(t *testing.T) {
 	const (
 		mem   = 8 << 20
@@ -114,40 +113,53 @@ func TestRollback(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	rng := rand.New(rand.NewPCG(seed, 10))
-	src, dst := newPool(t, 4*mem), newPool(t, 4*mem)
-	cur := serveNew(t, src, "g", mem)
-	m := startVM(ctx, t, cur, 3, seed, steps, true)
+	src, dst := migtest.NewPool(t, 4*mem), migtest.NewPool(t, 4*mem)
+	cur := migtest.ServeNew(t, src, "g", mem)
+	m := migtest.StartVM(ctx, t, cur, 3, seed, steps, guest.WorkloadConfig{Check: true})
 	for i, c := range faultCases {
-		err := failMigration(ctx, t, m, cur, dst, fmt.Sprintf("d%d", i), c.strategy, c.src, c.dst, 5+rng.IntN(40))
-		switch {
-		case !strings.HasPrefix(err.Error(), "precopy: "):
-			t.Errorf("%s: error %q lacks the package prefix", c.name, err)
-		case strings.Count(err.Error(), "precopy: ") > 1 && !errors.Is(err, ErrRefused):
-			t.Errorf("%s: error %q repeats the package prefix", c.name, err)
-		case c.want != nil && !errors.Is(err, c.want):
-			t.Errorf("%s: source error %v, want %v", c.name, err, c.want)
-		}
-		t.Logf("%s: %v", c.name, err)
+		countdown := 5 + rng.IntN(40)
+		t.Run(c.name, func(t *testing.T) {
+			err := failMigration(ctx, t, m, cur, dst, fmt.Sprintf("d%d", i), c.strategy, c.src, c.dst, countdown)
+			switch {
+			case !strings.HasPrefix(err.Error(), "precopy: "):
+				t.Errorf("error %q lacks the package prefix", err)
+			case strings.Count(err.Error(), "precopy: ") > 1 && !errors.Is(err, ErrRefused):
+				t.Errorf("error %q repeats the package prefix", err)
+			case c.want != nil && !errors.Is(err, c.want):
+				t.Errorf("source error %v, want %v", err, c.want)
+			}
+			t.Logf("%v", err)
+		})
 	}
-	cur, rep := migrateVM(ctx, t, m, cur, dst, "final", Options{Workers: 2, Log: testLog}, rng.IntN(40))
+	_, rep, _ := migrateVM(ctx, t, m, cur, dst, hop{name: "final", opts: Options{Workers: 2, Log: migtest.Log}, countdown: rng.IntN(40)})
 	t.Logf("after the faults, a migration:\n%s", rep)
-	if err := <-m.done; err != nil {
+	if err := m.Wait(); err != nil {
 		t.Fatalf("workload: %v", err)
 	}
-	got := m.digest()
-	if want := reference(ctx, t, src, seed, steps, mem); got != want {
+	got := m.Digest()
+	if want := migtest.Reference(ctx, t, src, seed, steps, mem, guest.WorkloadConfig{}); got != want {
 		t.Fatalf("digest after %d failed migrations %x, never migrated %x", len(faultCases), got, want)
 	}
 }
 
-// failMigration runs one migration of m's vGPU from cur into p with the
-// given faults and checks that it fails cleanly: Rollback resumes the
-// source, Receive fails, and p holds no partition. It returns the source's
-// error; the guest is running again when it returns.
-func failMigration(ctx context.Context, t *testing.T, m *vm, cur *served, p *pool.Pool, name string,
+// failMigration runs one migration of m's vGPU from cur into a vGPU the
+// caller (it) created in p, with the given faults, and checks that it
+// fails cleanly: Receive fails and leaves that vGPU quiesced, and
+// discarding it empties p; Rollback leaves the source running, and, when
+// the guest had paused (the fault came in the stop phase), with the memory
+// it had at the pause. It returns the source's error; the guest is running
+// again when it returns.
+func failMigration(ctx context.Context, t *testing.T, m *migtest.VM, cur *migtest.Served, p *pool.Pool, name string,
 	strat Strategy, srcFault func(context.CancelFunc) fault, dstFault fault, countdown int) error {
 	t.Helper()
-	a, b := tcpPair(t)
+	cfg := cur.V.Config()
+	cfg.Name = name
+	dv, err := vgpu.New(cfg, p, migtest.Log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dv.Close() })
+	a, b := migtest.TCPPair(t)
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var sconn, dconn net.Conn = a, b
@@ -157,32 +169,50 @@ func failMigration(ctx context.Context, t *testing.T, m *vm, cur *served, p *poo
 	if dstFault != nil {
 		dconn = &faultConn{Conn: b, fault: dstFault}
 	}
-	recv := receive(ctx, dconn, p, name, nil)
-	s, err := NewSource(cur.v, sconn, Options{Strategy: strat, Workers: 2, BackgroundRate: 50000, Log: testLog})
+	recv := receive(ctx, dconn, dv, Options{Log: migtest.Log})
+	s, err := NewSource(cur.V, sconn, Options{Strategy: strat, Workers: 2, BackgroundRate: 50000, Log: migtest.Log})
 	if err != nil {
-		t.Fatalf("%s: %v", name, err)
+		t.Fatal(err)
 	}
-	paused, resume := m.gate.pauseAfter(countdown)
+	paused, resume := m.PauseAfter(countdown, nil)
 	defer resume()
+	var frozen []byte // the source's memory at the pause
 	err = s.Precopy(sctx)
 	if err == nil {
 		select {
 		case <-paused:
-		case err := <-m.done:
-			t.Fatalf("%s: the workload ended before the pause (%v)", name, err)
+		case <-m.Finished():
+			t.Fatalf("the workload ended before the pause (%v)", m.Wait())
 		}
+		frozen = idleMemory(t, cur.V)
 		_, err = s.Stop(sctx)
 	}
 	if err == nil {
-		t.Fatalf("%s: the migration succeeded despite the fault", name)
+		t.Fatal("the migration succeeded despite the fault")
 	}
 	s.Rollback()
 	a.Close()
-	if r := <-recv; r.err == nil || r.v != nil {
-		t.Fatalf("%s: the destination accepted the migration", name)
+	if r := <-recv; r.err == nil {
+		t.Fatal("the destination accepted the migration")
 	}
-	if parts := p.Partitions(); len(parts) != 0 {
-		t.Fatalf("%s: the destination pool keeps partitions %v", name, parts)
+	checkDiscarded(t, dv, p)
+	if migtest.Quiesced(t, cur.V) {
+		t.Fatal("the source vGPU is still quiesced after Rollback")
+	}
+	if frozen != nil && !bytes.Equal(idleMemory(t, cur.V), frozen) {
+		t.Fatal("the failed migration changed the source's memory")
 	}
 	return err
+}
+
+// idleMemory waits until v's engine has run what it was given (the guest
+// is paused: nothing more comes) and returns a copy of its memory.
+func idleMemory(t *testing.T, v *vgpu.VGPU) []byte {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := v.Engine().WaitIdle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return bytes.Clone(v.Memory())
 }

@@ -6,66 +6,49 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
-	"net"
-	"os"
-	"path/filepath"
 	"reflect"
 	"testing"
 	"time"
 
 	"github.com/gmig-dev/gmig/abi"
 	"github.com/gmig-dev/gmig/engine"
+	"github.com/gmig-dev/gmig/guest"
+	"github.com/gmig-dev/gmig/internal/migtest"
 	"github.com/gmig-dev/gmig/internal/pool"
-	"github.com/gmig-dev/gmig/internal/sim"
 	"github.com/gmig-dev/gmig/internal/vgpu"
+	"github.com/gmig-dev/gmig/precopy"
 	"github.com/gmig-dev/gmig/precopy/stream"
 	"github.com/gmig-dev/gmig/vfio"
-
-	"golang.org/x/sys/unix"
 )
 
-// nativeServed is a vGPU served with Native on a vfio-user socket, as a
+// nativeServed is a vGPU served as a Device on a vfio-user socket, as a
 // gmigd serves it to a QEMU that migrates vfio-user devices itself.
 type nativeServed struct {
-	*served
-	n *Native
+	*migtest.Served
+	n *Device
 }
 
-// serveNative serves v through NewNative(v, opts) until the end of the test
-// (or close), then closes the Native and v.
-func serveNative(t *testing.T, v *vgpu.VGPU, opts Options) *nativeServed {
+// serveNative serves v through New(v, opts) until the end of the test (or
+// Close), then closes the Device and so v.
+func serveNative(t *testing.T, v *vgpu.VGPU, opts precopy.Options) *nativeServed {
 	t.Helper()
-	n, err := NewNative(v, opts)
+	n, err := New(v, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(t.TempDir(), v.Name()+".sock")
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s := &served{v: v, path: path, cancel: cancel, done: make(chan error, 1), l: l}
-	go func() { s.done <- v.ServeDevice(ctx, l, n) }()
-	t.Cleanup(func() { n.Close() }) // after s.close: the server has stopped
-	t.Cleanup(s.close)
-	return &nativeServed{s, n}
+	return &nativeServed{migtest.ServeDevice(t, v, n), n}
 }
 
 // dial connects a client, as QEMU would.
 func (s *nativeServed) dial(t *testing.T) *vfio.Client {
 	t.Helper()
-	c, err := vfio.Dial(s.path)
+	c, err := vfio.Dial(s.Path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
 }
-
-// stop stops serving (the Native's fields may then be read) and closes v.
-func (s *nativeServed) stop() { s.close() }
 
 func wantMigState(t *testing.T, c *vfio.Client, want vfio.MigState) {
 	t.Helper()
@@ -103,11 +86,15 @@ func readMigData(t *testing.T, c *vfio.Client, chunks int) []byte {
 	return b
 }
 
+// maxBlob bounds the blob sections these tests read: precopy's own limit
+// on a DeviceState.
+const maxBlob = 16 << 20
+
 // checkStream checks that b is one whole migration stream
 // (docs/migration-stream.md) for mem bytes, ending exactly at End.
 func checkStream(t *testing.T, b []byte, mem uint64) {
 	t.Helper()
-	r, err := stream.NewReader(bytes.NewReader(b), stream.Limits{MaxBlob: maxStateBlob})
+	r, err := stream.NewReader(bytes.NewReader(b), stream.Limits{MaxBlob: maxBlob})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +116,7 @@ func checkStream(t *testing.T, b []byte, mem uint64) {
 // streamPages counts the page records in b, the beginning of a stream.
 func streamPages(t *testing.T, b []byte, mem uint64) int {
 	t.Helper()
-	r, err := stream.NewReader(bytes.NewReader(b), stream.Limits{MaxBlob: maxStateBlob})
+	r, err := stream.NewReader(bytes.NewReader(b), stream.Limits{MaxBlob: maxBlob})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,43 +171,22 @@ func checkSameDevice(t *testing.T, src, dst *vgpu.VGPU, sc, dc *vfio.Client) {
 	}
 }
 
-// runAfter checks that dst, running after a migration from src, launches a
-// kernel loaded before it, and that its engine writes its own partition.
-func runAfter(t *testing.T, src *dev, dv *vgpu.VGPU) {
-	t.Helper()
-	dst := &dev{t: t, v: dv, perm: src.perm, tail: src.tail}
-	if dst.saxpy(hSaxpy) {
-		t.Fatal("a kernel loaded before the migration does not launch after it")
-	}
-	if !dst.saxpy(hRender) {
-		t.Fatal("a kernel unloaded before the migration launched after it")
-	}
-	before := append([]byte(nil), src.page(gFillAfter)...)
-	dst.submit(guest_fill(gFillAfter, 0xabcdef01))
-	if p := dst.page(gFillAfter); p[0] != 0x01 || p[3] != 0xab || p[abi.PageSize-1] != 0xab {
-		t.Fatalf("FILL on the destination did not land in its partition: % x", p[:8])
-	}
-	if !bytes.Equal(src.page(gFillAfter), before) {
-		t.Fatal("FILL on the destination changed the source's memory")
-	}
-}
-
 // nativePair is a source vGPU with content and an empty destination vGPU
-// in another pool at another offset, both served with Native.
+// in another pool at another offset, both served as Devices.
 type nativePair struct {
-	src    *dev
+	src    *migtest.Dev
 	sn, dn *nativeServed
 	dv     *vgpu.VGPU
 }
 
-func newNativePair(t *testing.T, mem uint64, opts Options) *nativePair {
+func newNativePair(t *testing.T, mem uint64, opts precopy.Options) *nativePair {
 	t.Helper()
-	pa, pb := newPool(t, 4*mem), newPool(t, 4*mem)
-	_ = newVGPU(t, pb, "filler", mem) // the destination lands at another offset
-	src := newDev(t, pa, "src", mem, 1)
-	src.fillMemory(2)
-	dv := newVGPU(t, pb, "dst", mem)
-	return &nativePair{src: src, sn: serveNative(t, src.v, opts), dn: serveNative(t, dv, Options{Log: testLog}), dv: dv}
+	pa, pb := migtest.NewPool(t, 4*mem), migtest.NewPool(t, 4*mem)
+	_ = migtest.NewVGPU(t, pb, "filler", mem) // the destination lands at another offset
+	src := migtest.NewDev(t, pa, "src", mem, 1)
+	src.FillMemory(2)
+	dv := migtest.NewVGPU(t, pb, "dst", mem)
+	return &nativePair{src: src, sn: serveNative(t, src.V, opts), dn: serveNative(t, dv, precopy.Options{Log: migtest.Log}), dv: dv}
 }
 
 // TestNativeSaveLoad migrates a vGPU with content (GTT, memory, kernels
@@ -231,10 +197,10 @@ func newNativePair(t *testing.T, mem uint64, opts Options) *nativePair {
 // source's memory, state, API log and guest GTT view, and runs a kernel
 // loaded before the migration.
 func TestNativeSaveLoad(t *testing.T) {
-	for _, strat := range Strategies {
+	for _, strat := range precopy.Strategies {
 		t.Run(string(strat), func(t *testing.T) {
 			const mem = 2 << 20
-			p := newNativePair(t, mem, Options{Strategy: strat, Workers: 2, Log: testLog})
+			p := newNativePair(t, mem, precopy.Options{Strategy: strat, Workers: 2, Log: migtest.Log})
 			sc, dc := p.sn.dial(t), p.dn.dial(t)
 			if flags, err := sc.MigrationFlags(); err != nil || flags != vfio.MigrationStopCopy|vfio.MigrationPreCopy {
 				t.Fatalf("migration flags %#x, %v", flags, err)
@@ -252,12 +218,12 @@ func TestNativeSaveLoad(t *testing.T) {
 				t.Fatal(err)
 			}
 			wantMigState(t, dc, vfio.MigStateStop)
-			checkSameDevice(t, p.src.v, p.dv, sc, dc)
+			checkSameDevice(t, p.src.V, p.dv, sc, dc)
 			setMigState(t, dc, vfio.MigStateRunning)
-			runAfter(t, p.src, p.dv)
+			p.src.CheckRunsAfter(p.dv)
 
-			p.sn.stop()
-			p.dn.stop()
+			p.sn.Close()
+			p.dn.Close()
 			if rs, rd := p.sn.n.Report(), p.dn.n.Report(); rs.Strategy != strat || rs.Stop.Total <= 0 ||
 				rd.Strategy != strat || rd.Stop.Restore <= 0 || rd.Stop.DirtyPages != rs.Stop.DirtyPages {
 				t.Fatalf("reports:\nsource\n%s\ndestination\n%s", rs, rd)
@@ -272,13 +238,13 @@ func TestNativeSaveLoad(t *testing.T) {
 // Without PRE_COPY (RUNNING -> STOP_COPY, through STOP) the stop phase
 // alone carries everything.
 func TestNativePrecopy(t *testing.T) {
-	for _, precopy := range []bool{true, false} {
-		t.Run(fmt.Sprintf("precopy=%v", precopy), func(t *testing.T) {
+	for _, live := range []bool{true, false} {
+		t.Run(fmt.Sprintf("precopy=%v", live), func(t *testing.T) {
 			const mem = 2 << 20
-			p := newNativePair(t, mem, Options{Workers: 2, Log: testLog})
+			p := newNativePair(t, mem, precopy.Options{Workers: 2, Log: migtest.Log})
 			sc, dc := p.sn.dial(t), p.dn.dial(t)
 			var data []byte
-			if precopy {
+			if live {
 				setMigState(t, sc, vfio.MigStatePreCopy)
 				data = readMigData(t, sc, 0)
 				if n := streamPages(t, data, mem); n != mem/abi.PageSize {
@@ -291,7 +257,7 @@ func TestNativePrecopy(t *testing.T) {
 					t.Fatalf("PRE_COPY gave %d more bytes after its short read", len(more))
 				}
 			}
-			p.src.runWhileLive(3)
+			p.src.RunWhileLive(3)
 			setMigState(t, sc, vfio.MigStateStopCopy)
 			data = append(data, readMigData(t, sc, 0)...)
 			if more := readMigData(t, sc, 0); len(more) != 0 {
@@ -303,16 +269,16 @@ func TestNativePrecopy(t *testing.T) {
 			if err := dc.LoadDevice(bytes.NewReader(data)); err != nil {
 				t.Fatal(err)
 			}
-			checkSameDevice(t, p.src.v, p.dv, sc, dc)
-			dst := &dev{t: t, v: p.dv, perm: p.src.perm}
-			if pg := dst.page(gFillLive); pg[0] != 0x0d || pg[3] != 0xfe {
+			checkSameDevice(t, p.src.V, p.dv, sc, dc)
+			dst := p.src.On(p.dv)
+			if pg := dst.Page(migtest.GFillLive); pg[0] != 0x0d || pg[3] != 0xfe {
 				t.Fatalf("the engine's FILL after PRE_COPY did not arrive: % x", pg[:8])
 			}
-			if !bytes.Equal(dst.page(gCPUWrite), p.src.page(gCPUWrite)) || !bytes.Equal(dst.page(gZeroed), make([]byte, abi.PageSize)) {
+			if !bytes.Equal(dst.Page(migtest.GCPUWrite), p.src.Page(migtest.GCPUWrite)) || !bytes.Equal(dst.Page(migtest.GZeroed), make([]byte, abi.PageSize)) {
 				t.Fatal("the guest CPU's writes after PRE_COPY did not arrive")
 			}
 			setMigState(t, dc, vfio.MigStateRunning)
-			runAfter(t, p.src, p.dv)
+			p.src.CheckRunsAfter(p.dv)
 		})
 	}
 }
@@ -324,7 +290,7 @@ var corruptions = []struct {
 	make func(good []byte) []byte
 	want error
 }{
-	{"page corrupted", func(g []byte) []byte { return corrupt(g, len(g)/3) }, stream.ErrPageHash},
+	{"page corrupted", func(g []byte) []byte { return migtest.Corrupt(g, len(g)/3) }, stream.ErrPageHash},
 	{"truncated", func(g []byte) []byte { return g[:len(g)/2] }, io.ErrUnexpectedEOF},
 	{"trailing data", func(g []byte) []byte { return append(append([]byte(nil), g...), 1, 2, 3) }, stream.ErrTrailingData},
 	{"no stream", func([]byte) []byte { return []byte("not a migration stream") }, stream.ErrMagic},
@@ -336,7 +302,7 @@ var corruptions = []struct {
 // DEVICE_RESET the destination runs and then accepts a good stream.
 func TestNativeCorruptStream(t *testing.T) {
 	const mem = 1 << 20
-	p := newNativePair(t, mem, Options{Log: testLog})
+	p := newNativePair(t, mem, precopy.Options{Log: migtest.Log})
 	sc, dc := p.sn.dial(t), p.dn.dial(t)
 	var good bytes.Buffer
 	if err := sc.SaveDevice(&good); err != nil {
@@ -356,14 +322,14 @@ func TestNativeCorruptStream(t *testing.T) {
 				t.Fatal(err)
 			}
 			wantMigState(t, dc, vfio.MigStateRunning)
-			d := program(t, p.dv, 7)
-			d.submit(guest_fill(3, 0x11223344))
-			if pg := d.page(3); pg[0] != 0x44 || pg[abi.PageSize-1] != 0x11 {
+			d := migtest.Program(t, p.dv, 7)
+			d.Submit(migtest.Fill(3, 0x11223344))
+			if pg := d.Page(3); pg[0] != 0x44 || pg[abi.PageSize-1] != 0x11 {
 				t.Fatalf("the destination does not run after the reset: % x", pg[:8])
 			}
 
 			// The same stream through the Migrator alone: the reason.
-			n, err := NewNative(newVGPU(t, newPool(t, 2*mem), "direct", mem), Options{Log: testLog})
+			n, err := New(migtest.NewVGPU(t, migtest.NewPool(t, 2*mem), "direct", mem), precopy.Options{Log: migtest.Log})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -392,25 +358,9 @@ func TestNativeCorruptStream(t *testing.T) {
 	if err := dc.LoadDevice(bytes.NewReader(good.Bytes())); err != nil {
 		t.Fatalf("a good stream after the resets: %v", err)
 	}
-	checkSameDevice(t, p.src.v, p.dv, sc, dc)
+	checkSameDevice(t, p.src.V, p.dv, sc, dc)
 	setMigState(t, dc, vfio.MigStateRunning)
-	runAfter(t, p.src, p.dv)
-}
-
-// program gives an existing vGPU a GTT (a permutation of seed), an
-// interrupt mask and an enabled one-page ring at graphics address 0.
-func program(t *testing.T, v *vgpu.VGPU, seed uint64) *dev {
-	t.Helper()
-	pages := int(v.Config().MemSize / abi.PageSize)
-	d := &dev{t: t, v: v, perm: rand.New(rand.NewPCG(seed, 1)).Perm(pages)}
-	for i, a := range d.perm {
-		d.write(abi.BARRegs, abi.GTTOffset+8*uint64(i), put64(uint64(a)<<abi.PageShift|abi.GTTValid|abi.GTTWritable))
-	}
-	d.write(abi.BARRegs, abi.RegIntMask, put32(abi.IntFence|abi.IntError))
-	d.write(abi.BARRegs, abi.RegRingBase, put64(0))
-	d.write(abi.BARRegs, abi.RegRingSize, put32(abi.PageSize))
-	d.write(abi.BARRegs, abi.RegControl, put32(abi.ControlEnable))
-	return d
+	p.src.CheckRunsAfter(p.dv)
 }
 
 // TestNativeAbortedSave cuts saves short in each way a VMM may: STOP_COPY
@@ -420,7 +370,7 @@ func program(t *testing.T, v *vgpu.VGPU, seed uint64) *dev {
 // doorbell rung then runs on RUNNING); a whole save afterwards migrates it.
 func TestNativeAbortedSave(t *testing.T) {
 	const mem = 2 << 20
-	p := newNativePair(t, mem, Options{Workers: 2, Log: testLog})
+	p := newNativePair(t, mem, precopy.Options{Workers: 2, Log: migtest.Log})
 	sc, dc := p.sn.dial(t), p.dn.dial(t)
 	src := p.src
 	// snapshot returns the source's memory and state; running: quiesce
@@ -428,14 +378,14 @@ func TestNativeAbortedSave(t *testing.T) {
 	snapshot := func(running bool) ([]byte, vgpu.State) {
 		t.Helper()
 		if running {
-			src.v.Quiesce()
-			defer src.v.Resume()
+			src.V.Quiesce()
+			defer src.V.Resume()
 		}
-		st, err := src.v.Save()
+		st, err := src.V.Save()
 		if err != nil {
 			t.Fatal(err)
 		}
-		return append([]byte(nil), src.v.Memory()...), st
+		return append([]byte(nil), src.V.Memory()...), st
 	}
 	unchanged := func(what string, mem0 []byte, st0 vgpu.State, running bool) {
 		t.Helper()
@@ -446,7 +396,7 @@ func TestNativeAbortedSave(t *testing.T) {
 	}
 	running := func(what string) {
 		t.Helper()
-		if _, err := src.v.Save(); !errors.Is(err, engine.ErrNotQuiesced) {
+		if _, err := src.V.Save(); !errors.Is(err, engine.ErrNotQuiesced) {
 			t.Fatalf("%s: engine not running (Save: %v)", what, err)
 		}
 	}
@@ -458,18 +408,11 @@ func TestNativeAbortedSave(t *testing.T) {
 	readMigData(t, sc, 1)
 	setMigState(t, sc, vfio.MigStateStop)
 	unchanged("STOP_COPY cut short", mem0, st0, false) // Save succeeds: quiesced
-	cmds := guest_fill(gFillAfter, 0x5a5a5a5a)
-	copy(src.page(0)[src.tail:], cmds)
-	src.tail += uint32(len(cmds))
-	src.write(abi.BARRegs, abi.RegDoorbell, put32(src.tail))
+	src.Ring(migtest.Fill(migtest.GFillAfter, 0x5a5a5a5a))
 	setMigState(t, sc, vfio.MigStateRunning)
 	running("STOP -> RUNNING")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := src.v.Engine().WaitIdle(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if pg := src.page(gFillAfter); pg[0] != 0x5a || pg[abi.PageSize-1] != 0x5a {
+	src.WaitIdle()
+	if pg := src.Page(migtest.GFillAfter); pg[0] != 0x5a || pg[abi.PageSize-1] != 0x5a {
 		t.Fatal("the doorbell rung in STOP did not run after RUNNING")
 	}
 
@@ -492,8 +435,8 @@ func TestNativeAbortedSave(t *testing.T) {
 		t.Fatal("a reset in PRE_COPY changed the source's memory")
 	}
 	// The reset cleared the GTT, the ring and the kernels: program them again.
-	src.perm, src.tail = program(t, src.v, 1).perm, 0
-	src.fillMemory(5)
+	src = migtest.Program(t, src.V, 1)
+	src.FillMemory(5)
 
 	var buf bytes.Buffer
 	if err := sc.SaveDevice(&buf); err != nil {
@@ -502,154 +445,9 @@ func TestNativeAbortedSave(t *testing.T) {
 	if err := dc.LoadDevice(bytes.NewReader(buf.Bytes())); err != nil {
 		t.Fatal(err)
 	}
-	checkSameDevice(t, src.v, p.dv, sc, dc)
+	checkSameDevice(t, src.V, p.dv, sc, dc)
 	setMigState(t, dc, vfio.MigStateRunning)
-	runAfter(t, src, p.dv)
-}
-
-// oneWay is a connection that only writes, for NoVerdict.
-type oneWay struct{ io.Writer }
-
-func (oneWay) Read([]byte) (int, error) { return 0, io.EOF }
-
-// TestNoVerdict migrates in the verdict-less mode over a one-way pipe into
-// an existing vGPU (ReceiveInto): Stop completes without a verdict, so its
-// report lacks the destination's times. ReceiveInto also answers a
-// verdict over TCP, refuses a verdict on a connection that cannot carry
-// one, and refuses a stream for another memory size.
-func TestNoVerdict(t *testing.T) {
-	const mem = 2 << 20
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	pa, pb := newPool(t, 4*mem), newPool(t, 8*mem)
-	_ = newVGPU(t, pb, "filler", 1<<20)
-	src := newDev(t, pa, "src", mem, 1)
-	src.fillMemory(2)
-	type result struct {
-		rep Report
-		err error
-	}
-	receiveInto := func(conn io.Reader, v *vgpu.VGPU, fe FrontEnd, opts Options) <-chan result {
-		ch := make(chan result, 1)
-		go func() {
-			rep, err := ReceiveInto(ctx, conn, v, fe, opts)
-			ch <- result{rep, err}
-		}()
-		return ch
-	}
-	migrate := func(t *testing.T, conn io.ReadWriter, opts Options) Report {
-		t.Helper()
-		s, err := NewSource(src.v, conn, opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer src.v.Resume() // the next subtest migrates it again
-		defer s.Close()
-		if err := s.Precopy(ctx); err != nil {
-			t.Fatal(err)
-		}
-		src.runWhileLive(3)
-		rep, err := s.Stop(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return rep
-	}
-	same := func(t *testing.T, dv *vgpu.VGPU) {
-		t.Helper()
-		src.v.Quiesce()
-		defer src.v.Resume()
-		if !bytes.Equal(src.v.Memory(), dv.Memory()) {
-			t.Fatal("destination memory differs from the source's")
-		}
-		want, _ := src.v.Save()
-		got, err := dv.Save()
-		if err != nil || !reflect.DeepEqual(got, want) {
-			t.Fatalf("destination state differs (%v)", err)
-		}
-		dv.Resume()
-		runAfter(t, src, dv)
-	}
-
-	t.Run("one-way pipe", func(t *testing.T) {
-		dv := newVGPU(t, pb, "dst1", mem)
-		r, w := io.Pipe()
-		recv := receiveInto(r, dv, nil, Options{NoVerdict: true, Log: testLog})
-		rep := migrate(t, oneWay{w}, Options{NoVerdict: true, Workers: 2, Log: testLog})
-		w.Close()
-		got := <-recv
-		if got.err != nil {
-			t.Fatal(got.err)
-		}
-		if rep.Stop.Total <= 0 || rep.Stop.Restore != 0 || got.rep.Stop.Restore <= 0 {
-			t.Fatalf("source's restore %v (no verdict: want 0), destination's %v", rep.Stop.Restore, got.rep.Stop.Restore)
-		}
-		same(t, dv)
-	})
-	t.Run("verdict over TCP", func(t *testing.T) {
-		dv := newVGPU(t, pb, "dst2", mem)
-		a, b := tcpPair(t)
-		var fe configRecorder
-		recv := receiveInto(b, dv, &fe, Options{Log: testLog})
-		rep := migrate(t, a, Options{Workers: 2, Log: testLog})
-		got := <-recv
-		if got.err != nil {
-			t.Fatal(got.err)
-		}
-		if rep.Stop.Restore != got.rep.Stop.Restore || rep.Stop.Restore <= 0 || len(fe.writes) == 0 {
-			t.Fatalf("source's restore %v, destination's %v; %d config writes", rep.Stop.Restore, got.rep.Stop.Restore, len(fe.writes))
-		}
-		same(t, dv)
-	})
-	t.Run("verdict needs a writer", func(t *testing.T) {
-		dv := newVGPU(t, pb, "dst3", mem)
-		if _, err := ReceiveInto(ctx, bytes.NewReader(nil), dv, nil, Options{Log: testLog}); err == nil {
-			t.Fatal("ReceiveInto accepted a verdict on a reader")
-		}
-	})
-	t.Run("other memory size", func(t *testing.T) {
-		dv := newVGPU(t, pb, "dst4", mem/2)
-		r, w := io.Pipe()
-		recv := receiveInto(r, dv, nil, Options{NoVerdict: true, Log: testLog})
-		s, err := NewSource(src.v, oneWay{w}, Options{NoVerdict: true, Log: testLog})
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := <-recv
-		if got.err == nil {
-			t.Fatal("a stream for another memory size was received")
-		}
-		r.CloseWithError(got.err) // what Native does: the source's writes fail
-		if err := s.Precopy(ctx); err == nil {
-			t.Fatal("pre-copy into a refusing destination succeeded")
-		}
-		s.Rollback()
-	})
-}
-
-// attachTo plugs the (paused) guest m into s's device keeping its RAM, as
-// the destination QEMU does before it loads the device's migration data.
-// The driver is rebound (rebind) once the device holds the migrated state.
-func (m *vm) attachTo(s *served) (bus *sim.Bus, rebind func()) {
-	m.t.Helper()
-	fd, err := unix.Dup(int(m.bus.RAMFile().Fd()))
-	if err != nil {
-		m.t.Fatal(err)
-	}
-	ram := os.NewFile(uintptr(fd), "guest-ram")
-	defer ram.Close()
-	if err := m.bus.Close(); err != nil {
-		m.t.Fatalf("closing the guest's old bus: %v", err)
-	}
-	if bus, err = sim.Attach(s.path, sim.Options{RAM: ram}); err != nil {
-		m.t.Fatal(err)
-	}
-	m.bus = bus
-	return bus, func() {
-		if err := m.d.Rebind(bus); err != nil {
-			m.t.Fatal(err)
-		}
-	}
+	src.CheckRunsAfter(p.dv)
 }
 
 // TestNativeUnderWorkload migrates a guest running a seeded, self-checking
@@ -667,49 +465,49 @@ func TestNativeUnderWorkload(t *testing.T) {
 	)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	hosts := [2]*pool.Pool{newPool(t, 4*mem), newPool(t, 4*mem)}
-	_ = newVGPU(t, hosts[0], "filler", 1<<20)
-	newServed := func(host int, name string, strat Strategy) *nativeServed {
-		v, err := vgpu.New(vgpu.Config{Name: name, MemSize: mem}, hosts[host], testLog)
+	hosts := [2]*pool.Pool{migtest.NewPool(t, 4*mem), migtest.NewPool(t, 4*mem)}
+	_ = migtest.NewVGPU(t, hosts[0], "filler", 1<<20)
+	newServed := func(host int, name string, strat precopy.Strategy) *nativeServed {
+		v, err := vgpu.New(vgpu.Config{Name: name, MemSize: mem}, hosts[host], migtest.Log)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return serveNative(t, v, Options{Strategy: strat, Workers: 2, Log: testLog})
+		return serveNative(t, v, precopy.Options{Strategy: strat, Workers: 2, Log: migtest.Log})
 	}
-	cur := newServed(0, "g0", Strategies[0])
-	m := startVM(ctx, t, cur.served, 1, seed, steps, true)
+	cur := newServed(0, "g0", precopy.Strategies[0])
+	m := migtest.StartVM(ctx, t, cur.Served, 1, seed, steps, guest.WorkloadConfig{Check: true})
 	for i := range migrations {
-		next := newServed((i+1)%2, fmt.Sprintf("g%d", i+1), Strategies[(i+1)%len(Strategies)])
-		sc := m.bus.Client()
-		paused, resume := m.gate.pauseAfter(10 + 15*i)
+		next := newServed((i+1)%2, fmt.Sprintf("g%d", i+1), precopy.Strategies[(i+1)%len(precopy.Strategies)])
+		sc := m.Bus.Client()
+		paused, resume := m.PauseAfter(10+15*i, nil)
 		setMigState(t, sc, vfio.MigStatePreCopy)
 		data := readMigData(t, sc, 0)
 		select {
 		case <-paused:
-		case err := <-m.done:
-			t.Fatalf("migration %d: the workload ended before the pause (%v)", i+1, err)
+		case <-m.Finished():
+			t.Fatalf("migration %d: the workload ended before the pause (%v)", i+1, m.Wait())
 		}
 		setMigState(t, sc, vfio.MigStateStopCopy)
 		data = append(data, readMigData(t, sc, 0)...)
 		setMigState(t, sc, vfio.MigStateStop)
 
-		bus, rebind := m.attachTo(next.served)
+		bus, rebind := m.AttachTo(next.Served)
 		if err := bus.Client().LoadDevice(bytes.NewReader(data)); err != nil {
 			t.Fatalf("migration %d: %v", i+1, err)
 		}
 		setMigState(t, bus.Client(), vfio.MigStateRunning)
 		rebind()
 		resume()
-		cur.close()
+		cur.Close()
 		t.Logf("migration %d: %d bytes of migration data, guest paused at step %d, pool offset %#x",
-			i+1, len(data), m.gate.pausedAt(), next.v.Partition().Offset)
+			i+1, len(data), m.PausedAt(), next.V.Partition().Offset)
 		cur = next
 	}
-	if err := <-m.done; err != nil {
+	if err := m.Wait(); err != nil {
 		t.Fatalf("workload after %d migrations: %v", migrations, err)
 	}
-	got := m.digest()
-	if want := reference(ctx, t, hosts[0], seed, steps, mem); got != want {
+	got := m.Digest()
+	if want := migtest.Reference(ctx, t, hosts[0], seed, steps, mem, guest.WorkloadConfig{}); got != want {
 		t.Fatalf("digest after %d migrations %x, never migrated %x", migrations, got, want)
 	}
 }
