@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 
 	"github.com/rs/zerolog"
 
@@ -90,7 +91,7 @@ type NVIDIA struct {
 
 	mods *moduleSet // guest modules; nil without Config.Modules
 
-	stats NVIDIAStats
+	stats nvStats // read by Stats from any goroutine
 }
 
 // nvPiece mirrors kernels.cu's struct piece (24 bytes).
@@ -189,7 +190,19 @@ func (b *NVIDIA) Close() error {
 func (b *NVIDIA) Name() string { return "nvidia" }
 
 // Stats returns the back end's traffic counters.
-func (b *NVIDIA) Stats() NVIDIAStats { return b.stats }
+func (b *NVIDIA) Stats() NVIDIAStats {
+	s := &b.stats
+	return NVIDIAStats{
+		Commands: s.Commands.Load(), HostReadBytes: s.HostReadBytes.Load(), WriteBackBytes: s.WriteBackBytes.Load(),
+		GapBytes: s.GapBytes.Load(), SyncBytes: s.SyncBytes.Load(), ModuleLaunches: s.ModuleLaunches.Load(),
+		HashedBytes: s.HashedBytes.Load(),
+	}
+}
+
+// nvStats are the counters behind NVIDIAStats.
+type nvStats struct {
+	Commands, HostReadBytes, WriteBackBytes, GapBytes, SyncBytes, ModuleLaunches, HashedBytes atomic.Uint64
+}
 
 // MirrorBase is the device address of graphics-memory byte 0 on the device.
 func (b *NVIDIA) MirrorBase() uint64 { return uint64(b.mirror.Addr()) }
@@ -242,18 +255,18 @@ func (b *NVIDIA) sourcePieces(ps []nvPiece, off, n, dst uint64) []nvPiece {
 		lo, hi, ok := b.pend.get(p)
 		if !ok || hi <= a || lo >= e {
 			ps = appendPiece(ps, host+base+a, at(a), e-a)
-			b.stats.HostReadBytes += e - a
+			b.stats.HostReadBytes.Add(e - a)
 			return
 		}
 		x0, x1 := max(a, lo), min(e, hi)
 		if x0 > a {
 			ps = appendPiece(ps, host+base+a, at(a), x0-a)
-			b.stats.HostReadBytes += x0 - a
+			b.stats.HostReadBytes.Add(x0 - a)
 		}
 		ps = appendPiece(ps, dev+base+x0, at(x0), x1-x0)
 		if e > x1 {
 			ps = appendPiece(ps, host+base+x1, at(x1), e-x1)
-			b.stats.HostReadBytes += e - x1
+			b.stats.HostReadBytes.Add(e - x1)
 		}
 	})
 	return ps
@@ -374,7 +387,7 @@ func (b *NVIDIA) markWritten(spans []span) error {
 	gap := func(p, x, y uint64) {
 		if y > x {
 			gaps = appendPiece(gaps, host+p*pageBytes+x, dev+p*pageBytes+x, y-x)
-			b.stats.GapBytes += y - x
+			b.stats.GapBytes.Add(y - x)
 		}
 	}
 	for i := 0; i < len(parts); {
@@ -436,7 +449,7 @@ func (b *NVIDIA) writeBackAll() error {
 		prev = int64(p)
 		if lo, hi, ok := b.pend.get(p); ok {
 			ps = appendPiece(ps, dev+p*pageBytes+lo, host+p*pageBytes+lo, hi-lo)
-			b.stats.WriteBackBytes += hi - lo
+			b.stats.WriteBackBytes.Add(hi - lo)
 		}
 	}
 	if err := b.runPieces(b.g.fn.copyPieces, ps, false); err != nil {
@@ -458,7 +471,7 @@ func (b *NVIDIA) writeBackSpans(spans []span) error {
 		forPages(s, func(p, _, _ uint64) {
 			if lo, hi, ok := b.pend.get(p); ok {
 				ps = appendPiece(ps, dev+p*pageBytes+lo, host+p*pageBytes+lo, hi-lo)
-				b.stats.WriteBackBytes += hi - lo
+				b.stats.WriteBackBytes.Add(hi - lo)
 				b.pend.clearPage(p)
 			}
 		})

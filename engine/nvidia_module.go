@@ -110,8 +110,8 @@ func (b *NVIDIA) LaunchModule(handle uint32, args []uint64) ([]gtt.Extent, error
 	if threads > maxModuleThreads {
 		return nil, fmt.Errorf("%w: %d threads (at most %d)", ErrBadKernel, threads, uint64(maxModuleThreads))
 	}
-	b.stats.Commands++
-	b.stats.ModuleLaunches++
+	b.stats.Commands.Add(1)
+	b.stats.ModuleLaunches.Add(1)
 	if err := b.syncMirror(); err != nil {
 		return nil, err
 	}
@@ -161,7 +161,7 @@ func (b *NVIDIA) syncMirror() error {
 	run := func(from, to uint64) {
 		if to > from {
 			ps = appendPiece(ps, host+from, dev+from, to-from)
-			b.stats.SyncBytes += to - from
+			b.stats.SyncBytes.Add(to - from)
 		}
 	}
 	var at uint64
@@ -194,7 +194,7 @@ func (b *NVIDIA) moduleBuffers(pages uint64) error {
 
 // hashMirror writes the xxHash64 of every mirror page to out.
 func (b *NVIDIA) hashMirror(out cuda.DevPtr, pages uint64) error {
-	b.stats.HashedBytes += pages * pageBytes
+	b.stats.HashedBytes.Add(pages * pageBytes)
 	return b.launchHash(uint64(b.mirror.Addr()), 0, pages, out)
 }
 

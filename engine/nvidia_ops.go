@@ -17,7 +17,7 @@ import (
 func align16(n uint64) uint64 { return (n + 15) &^ 15 }
 
 func (b *NVIDIA) Copy(dst, src []gtt.Extent) error {
-	b.stats.Commands++
+	b.stats.Commands.Add(1)
 	ds, dn, err := b.spans(dst)
 	if err != nil {
 		return err
@@ -57,7 +57,7 @@ func (b *NVIDIA) Copy(dst, src []gtt.Extent) error {
 }
 
 func (b *NVIDIA) Fill(dst []gtt.Extent, pattern uint32) error {
-	b.stats.Commands++
+	b.stats.Commands.Add(1)
 	ds, _, err := b.spans(dst)
 	if err != nil {
 		return err
@@ -79,7 +79,7 @@ func (b *NVIDIA) Fill(dst []gtt.Extent, pattern uint32) error {
 }
 
 func (b *NVIDIA) Write(dst []gtt.Extent, src []byte) error {
-	b.stats.Commands++
+	b.stats.Commands.Add(1)
 	ds, n, err := b.spans(dst)
 	if err != nil {
 		return err
@@ -100,7 +100,7 @@ func (b *NVIDIA) Write(dst []gtt.Extent, src []byte) error {
 }
 
 func (b *NVIDIA) Read(dst []byte, src []gtt.Extent) error {
-	b.stats.Commands++
+	b.stats.Commands.Add(1)
 	ss, n, err := b.spans(src)
 	if err != nil {
 		return err
@@ -145,7 +145,7 @@ func (b *NVIDIA) scatterOutput(off uint64, out []span, xs []gtt.Extent) error {
 }
 
 func (b *NVIDIA) Saxpy(n uint64, a float32, x, y []gtt.Extent) error {
-	b.stats.Commands++
+	b.stats.Commands.Add(1)
 	nb, err := wordBytes(n)
 	if err != nil {
 		return err
@@ -176,7 +176,7 @@ func (b *NVIDIA) Saxpy(n uint64, a float32, x, y []gtt.Extent) error {
 }
 
 func (b *NVIDIA) Stencil(w, h uint32, in, out []gtt.Extent) error {
-	b.stats.Commands++
+	b.stats.Commands.Add(1)
 	nb, err := gridBytes(w, h)
 	if err != nil {
 		return err
@@ -207,7 +207,7 @@ func (b *NVIDIA) Stencil(w, h uint32, in, out []gtt.Extent) error {
 }
 
 func (b *NVIDIA) Render(w, h uint32, frame uint64, fb []gtt.Extent) error {
-	b.stats.Commands++
+	b.stats.Commands.Add(1)
 	nb, err := gridBytes(w, h)
 	if err != nil {
 		return err
