@@ -3,6 +3,7 @@ package engine
 import (
 	"math/rand/v2"
 	"testing"
+	"unsafe"
 
 	"github.com/gmig-dev/gmig/dirty"
 )
@@ -49,4 +50,13 @@ func TestGPUHasherModel(t *testing.T) {
 	}
 	defer dh.Close()
 	checkHasher(t, dh, want)
+}
+
+// TestPieceLayout checks that nvPiece is kernels.cu's struct piece: three
+// u64s, 24 bytes, no padding.
+func TestPieceLayout(t *testing.T) {
+	var p nvPiece
+	if unsafe.Sizeof(p) != 24 || unsafe.Offsetof(p.dst) != 8 || unsafe.Offsetof(p.len) != 16 {
+		t.Fatalf("nvPiece is %d bytes (dst at %d, len at %d), want 24 (8, 16)", unsafe.Sizeof(p), unsafe.Offsetof(p.dst), unsafe.Offsetof(p.len))
+	}
 }
