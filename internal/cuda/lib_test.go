@@ -73,3 +73,17 @@ func TestDriverSignatures(t *testing.T) {
 		}()
 	}
 }
+
+// TestStructSizes checks the mirrors of cuda.h structs: CUmemAllocationProp
+// is 32 bytes, CUmemAccessDesc 12.
+func TestStructSizes(t *testing.T) {
+	if n := unsafe.Sizeof(allocProp{}); n != 32 {
+		t.Errorf("allocProp is %d bytes, want 32", n)
+	}
+	if n := unsafe.Sizeof(accessDesc{}); n != 12 {
+		t.Errorf("accessDesc is %d bytes, want 12", n)
+	}
+	if o := unsafe.Offsetof(allocProp{}.win32Meta); o != 16 {
+		t.Errorf("allocProp.win32HandleMetaData at %d, want 16", o)
+	}
+}
