@@ -11,7 +11,7 @@ package abi
 // (docs/device-abi.md §1): major in the high 16 bits, minor in the low 16.
 const (
 	VersionMajor = 1
-	VersionMinor = 0
+	VersionMinor = 1 // 1.1 adds KERNEL_LOAD_MODULE (guest PTX), announced by CapModules
 	Version      = VersionMajor<<16 | VersionMinor
 )
 
@@ -84,6 +84,7 @@ const (
 	CapKernels   = 1 << 0 // KERNEL_LOAD/UNLOAD/LAUNCH and the kernels of §6
 	CapFenceMem  = 1 << 1 // FENCE may write its value to graphics memory
 	CapHeartbeat = 1 << 2 // RegHeartbeat is time-stamped by the host
+	CapModules   = 1 << 3 // KERNEL_LOAD_MODULE: guest PTX kernels (ABI 1.1; only back ends that run them)
 )
 
 // RegControl bits (docs/device-abi.md §3).
@@ -146,7 +147,9 @@ const (
 	OpKernelLoad   = 6
 	OpKernelUnload = 7
 	OpLaunch       = 8
-	NumOps         = 9
+	// OpKernelLoadModule loads a guest PTX module (ABI 1.1, §6.8).
+	OpKernelLoadModule = 9
+	NumOps             = 10 // opcodes defined (1.0 had 9)
 )
 
 // Command header flags (docs/device-abi.md §6).
@@ -168,6 +171,22 @@ const (
 	CmdKernelUnloadSize = 16
 	CmdLaunchBaseSize   = 16 // plus 8 per argument
 	LaunchMaxArgs       = 8
+
+	CmdKernelLoadModuleSize = 32 // ABI 1.1
+)
+
+// Guest modules (docs/device-abi.md §6.8, ABI 1.1).
+const (
+	// KernelModule is the kind the API log and the saved state give a
+	// kernel object made by KERNEL_LOAD_MODULE; KERNEL_LOAD refuses it.
+	KernelModule = 0x100
+	// ModuleMaxImage bounds a module image (entry name, NUL, PTX text).
+	ModuleMaxImage = 1 << 20
+	// ModuleMaxEntry bounds the entry name.
+	ModuleMaxEntry = 255
+	// ModuleBlockThreads is the block size guest kernels run with: a LAUNCH
+	// of n threads runs ceil(n / ModuleBlockThreads) blocks of this many.
+	ModuleBlockThreads = 256
 )
 
 // Kernel kinds for KERNEL_LOAD (docs/device-abi.md §7).
@@ -246,4 +265,17 @@ type CmdLaunchBase struct {
 	Header CmdHeader
 	Handle uint32
 	NArgs  uint32
+}
+
+// CmdKernelLoadModule mirrors KERNEL_LOAD_MODULE (§6.8, ABI 1.1): creates
+// kernel object Handle from the ImageLen-byte image at graphics address
+// Image (the entry name, a NUL byte, the PTX text); LAUNCH then takes
+// NArgs arguments, the first of them the thread count.
+type CmdKernelLoadModule struct {
+	Header   CmdHeader
+	Handle   uint32
+	NArgs    uint32
+	Image    uint64
+	ImageLen uint32
+	Pad      uint32
 }

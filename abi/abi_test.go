@@ -21,6 +21,7 @@ func TestCommandSizes(t *testing.T) {
 		{"CmdKernelLoad", CmdKernelLoad{}, CmdKernelLoadSize},
 		{"CmdKernelUnload", CmdKernelUnload{}, CmdKernelUnloadSize},
 		{"CmdLaunchBase", CmdLaunchBase{}, CmdLaunchBaseSize},
+		{"CmdKernelLoadModule", CmdKernelLoadModule{}, CmdKernelLoadModuleSize},
 	}
 	for _, c := range cases {
 		if got := binary.Size(c.v); got != c.want {

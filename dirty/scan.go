@@ -74,10 +74,20 @@ func (t *Tracker) scan(ctx context.Context, frozen bool) (ScanResult, error) {
 	found := make([]uint64, (t.pages+63)/64)
 	counts := make([][NumSources]int, t.workers)
 	hashed := make([]int, t.workers)
+	cand := make([][]int, t.workers) // with a Hasher: pages left to hash
 	err := t.forChunks(ctx, t.pages, scanChunk, t.workers, func(w, lo, hi int, buf []byte) {
 		var n [NumSources]int
 		h := 0
 		for p := lo; p < hi; p++ {
+			if t.hasher != nil {
+				if src, dirty := t.cheapCheck(p); dirty {
+					found[p>>6] |= 1 << (p & 63)
+					n[src]++
+				} else {
+					cand[w] = append(cand[w], p)
+				}
+				continue
+			}
 			src, dirty, didHash := t.check(p, buf, frozen)
 			if didHash {
 				h++
@@ -101,6 +111,17 @@ func (t *Tracker) scan(ctx context.Context, frozen bool) (ScanResult, error) {
 			r.BySource[s] += counts[w][s]
 		}
 		r.PagesHashed += hashed[w]
+	}
+	if t.hasher != nil {
+		var all []int
+		for _, c := range cand {
+			all = append(all, c...)
+		}
+		n, err := t.hashCandidates(ctx, all, found, &r.BySource)
+		if err != nil {
+			return ScanResult{}, fmt.Errorf("dirty: scan: %w", err)
+		}
+		r.PagesHashed += n
 	}
 	total := 0
 	for _, n := range r.BySource {
@@ -134,6 +155,23 @@ func (t *Tracker) check(p int, buf []byte, frozen bool) (src Source, dirty, hash
 		return Unrecorded, true, false
 	}
 	return t.checkContent(p, buf, frozen)
+}
+
+// cheapCheck is check without the full hash: whether page p is dirty by a
+// mark, by never having been recorded or by its samples; a page it calls
+// clean still needs hashing.
+func (t *Tracker) cheapCheck(p int) (src Source, dirty bool) {
+	switch {
+	case t.engine.has(p):
+		return Engine, true
+	case t.background.has(p):
+		return Background, true
+	case !t.recorded.has(p):
+		return Unrecorded, true
+	case !t.samplesMatch(p):
+		return Sample, true
+	}
+	return Hash, false
 }
 
 // checkContent compares recorded page p's current content with its

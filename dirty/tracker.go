@@ -39,6 +39,11 @@ type Options struct {
 	SampleWords int
 	// Log receives debug summaries; the zero Logger discards them.
 	Log zerolog.Logger
+	// Hasher, if set, computes the full page hashes of Scan and ScanFrozen
+	// (the pages every cheaper source leaves undecided, in one batch) in
+	// place of the Workers; record and background hashing stay on the
+	// CPU. It must hash the same memory the Tracker tracks.
+	Hasher PageHasher
 }
 
 // ErrNoBackground is returned by WaitPasses when no background re-hash is
@@ -74,6 +79,8 @@ type Tracker struct {
 	bg   *bgRun // the running background re-hash, nil if none
 
 	bufs sync.Pool // *[PageSize]byte
+
+	hasher PageHasher // nil: Workers hash
 }
 
 // New returns a Tracker over mem, which must be a nonzero multiple of
@@ -111,6 +118,7 @@ func New(mem []byte, opts Options) (*Tracker, error) {
 		recorded:   newBitmap(pages),
 		engine:     newBitmap(pages),
 		background: newBitmap(pages),
+		hasher:     opts.Hasher,
 	}
 	t.bufs.New = func() any { return new([PageSize]byte) }
 	return t, nil

@@ -42,8 +42,31 @@ type Backend interface {
 	// Render rewrites the w x h RGBA8 framebuffer fb for frame
 	// (docs/device-abi.md §7.3).
 	Render(w, h uint32, frame uint64, fb []gtt.Extent) error
-	// Sync returns when all work issued so far has finished.
+	// Sync returns when all work issued so far has finished and its
+	// results are in host memory (the aperture); the engine calls it
+	// before a FENCE retires and when it quiesces.
 	Sync() error
+
+	// Guest modules (docs/device-abi.md §6.8). They are kernel objects that
+	// live in the back end (compiled code on a device), so the engine,
+	// which owns kernel objects' lifecycle, save and restore, reaches them
+	// here; a back end that cannot run guest code refuses with an error
+	// wrapping ErrNoModules, which the guest sees as ERR_STATUS.KERNEL.
+
+	// LoadModule makes m kernel object handle.
+	LoadModule(handle uint32, m Module) error
+	// UnloadModule destroys it.
+	UnloadModule(handle uint32) error
+	// LaunchModule runs it with args (args[0] is the thread count) and
+	// returns the host extents it wrote: a guest kernel's writes are not
+	// known in advance, the back end finds them.
+	LaunchModule(handle uint32, args []uint64) ([]gtt.Extent, error)
+	// Place asks for graphics memory at device virtual address va (0 asks
+	// nothing) and returns where it is: guest kernels see it there, and a
+	// migration asks the destination for the source's address so that
+	// device pointers stored in graphics memory stay valid. Back ends
+	// without device addresses return 0.
+	Place(va uint64) (uint64, error)
 }
 
 // Fault describes a command that failed (docs/device-abi.md §4).

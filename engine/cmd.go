@@ -19,7 +19,8 @@ var (
 )
 
 // Command is one decoded ring command (docs/device-abi.md §6). The concrete
-// types are Nop, Copy, Fill, DMA, Fence, KernelLoad, KernelUnload and Launch.
+// types are Nop, Copy, Fill, DMA, Fence, KernelLoad, KernelUnload, Launch
+// and (ABI 1.1) KernelLoadModule.
 type Command interface {
 	// Opcode is the abi.Op* number of the command.
 	Opcode() uint16
@@ -56,6 +57,15 @@ type Fence struct {
 // KernelLoad is KERNEL_LOAD (§6.5).
 type KernelLoad struct{ Handle, Kind uint32 }
 
+// KernelLoadModule is KERNEL_LOAD_MODULE (§6.8, ABI 1.1): the image of
+// Len bytes at graphics address Image becomes kernel object Handle taking
+// Args launch arguments.
+type KernelLoadModule struct {
+	Handle, Args uint32
+	Image        uint64
+	Len          uint32
+}
+
 // KernelUnload is KERNEL_UNLOAD (§6.6).
 type KernelUnload struct{ Handle uint32 }
 
@@ -65,13 +75,14 @@ type Launch struct {
 	Args   []uint64
 }
 
-func (c Nop) Opcode() uint16          { return abi.OpNop }
-func (c Copy) Opcode() uint16         { return abi.OpCopy }
-func (c Fill) Opcode() uint16         { return abi.OpFill }
-func (c Fence) Opcode() uint16        { return abi.OpFence }
-func (c KernelLoad) Opcode() uint16   { return abi.OpKernelLoad }
-func (c KernelUnload) Opcode() uint16 { return abi.OpKernelUnload }
-func (c Launch) Opcode() uint16       { return abi.OpLaunch }
+func (c Nop) Opcode() uint16              { return abi.OpNop }
+func (c Copy) Opcode() uint16             { return abi.OpCopy }
+func (c Fill) Opcode() uint16             { return abi.OpFill }
+func (c Fence) Opcode() uint16            { return abi.OpFence }
+func (c KernelLoad) Opcode() uint16       { return abi.OpKernelLoad }
+func (c KernelUnload) Opcode() uint16     { return abi.OpKernelUnload }
+func (c KernelLoadModule) Opcode() uint16 { return abi.OpKernelLoadModule }
+func (c Launch) Opcode() uint16           { return abi.OpLaunch }
 func (c DMA) Opcode() uint16 {
 	if c.ToGfx {
 		return abi.OpDMAToGfx
@@ -79,14 +90,15 @@ func (c DMA) Opcode() uint16 {
 	return abi.OpDMAFromGfx
 }
 
-func (c Nop) Size() uint32          { return max(c.Bytes, abi.CmdHeaderSize) }
-func (c Copy) Size() uint32         { return abi.CmdCopySize }
-func (c Fill) Size() uint32         { return abi.CmdFillSize }
-func (c DMA) Size() uint32          { return abi.CmdDMASize }
-func (c Fence) Size() uint32        { return abi.CmdFenceSize }
-func (c KernelLoad) Size() uint32   { return abi.CmdKernelLoadSize }
-func (c KernelUnload) Size() uint32 { return abi.CmdKernelUnloadSize }
-func (c Launch) Size() uint32       { return abi.CmdLaunchBaseSize + 8*uint32(len(c.Args)) }
+func (c Nop) Size() uint32              { return max(c.Bytes, abi.CmdHeaderSize) }
+func (c Copy) Size() uint32             { return abi.CmdCopySize }
+func (c Fill) Size() uint32             { return abi.CmdFillSize }
+func (c DMA) Size() uint32              { return abi.CmdDMASize }
+func (c Fence) Size() uint32            { return abi.CmdFenceSize }
+func (c KernelLoad) Size() uint32       { return abi.CmdKernelLoadSize }
+func (c KernelUnload) Size() uint32     { return abi.CmdKernelUnloadSize }
+func (c KernelLoadModule) Size() uint32 { return abi.CmdKernelLoadModuleSize }
+func (c Launch) Size() uint32           { return abi.CmdLaunchBaseSize + 8*uint32(len(c.Args)) }
 
 var le = binary.LittleEndian
 
@@ -126,6 +138,9 @@ var opSpecs = [abi.NumOps]opSpec{
 		return KernelUnload{Handle: le.Uint32(p[0:])}, nil
 	}},
 	abi.OpLaunch: {0, 0, decodeLaunch},
+	abi.OpKernelLoadModule: {abi.CmdKernelLoadModuleSize, 0, func(_ abi.CmdHeader, p []byte) (Command, error) {
+		return KernelLoadModule{Handle: le.Uint32(p[0:]), Args: le.Uint32(p[4:]), Image: le.Uint64(p[8:]), Len: le.Uint32(p[16:])}, nil
+	}},
 }
 
 func decodeDMA(toGfx bool) func(abi.CmdHeader, []byte) (Command, error) {

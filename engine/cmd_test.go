@@ -24,6 +24,7 @@ var allCommands = []Command{
 	Launch{Handle: 7, Args: []uint64{1, 2, 3, 4}},
 	Launch{Handle: 9, Args: []uint64{}},
 	Launch{Handle: 9, Args: []uint64{1, 2, 3, 4, 5, 6, 7, 8}},
+	KernelLoadModule{Handle: 11, Args: 3, Image: 0x5000, Len: 1234},
 }
 
 func TestDecodeValid(t *testing.T) {

@@ -38,6 +38,8 @@ func encode(c Command) []byte {
 		return guest.AppendKernelUnload(nil, c.Handle)
 	case Launch:
 		return guest.AppendLaunch(nil, c.Handle, c.Args...)
+	case KernelLoadModule:
+		return guest.AppendKernelLoadModule(nil, c.Handle, c.Args, c.Image, c.Len)
 	}
 	panic(fmt.Sprintf("engine: encode of %T", c))
 }

@@ -94,6 +94,7 @@ type Engine struct {
 	mu        sync.Mutex
 	r         regs
 	kernels   map[uint32]uint32 // handle -> kind
+	modules   map[uint32]Module // guest modules (kind abi.KernelModule), by handle
 	quiesced  bool              // parked between commands
 	executing bool              // a command is between fetch and retire
 	started   bool
@@ -119,6 +120,7 @@ func New(cfg Config) *Engine {
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
 		kernels: make(map[uint32]uint32),
+		modules: make(map[uint32]Module),
 	}
 }
 
@@ -264,10 +266,13 @@ func (e *Engine) Resume() { e.control(false)() }
 // control sends a park/unpark request without waiting and returns the wait.
 // Tests use the split to quiesce deterministically from inside a command.
 func (e *Engine) control(quiesce bool) (wait func()) {
-	set := func() {
+	set := func() { // no engine goroutine: nothing else uses the back end
 		e.mu.Lock()
 		e.quiesced = quiesce
 		e.mu.Unlock()
+		if quiesce {
+			e.syncBackend()
+		}
 	}
 	e.mu.Lock()
 	running := e.running
@@ -379,7 +384,19 @@ func (e *Engine) handle(req ctlReq) {
 	e.mu.Lock()
 	e.quiesced = req.quiesce
 	e.mu.Unlock()
+	if req.quiesce {
+		e.syncBackend()
+	}
 	close(req.done)
+}
+
+// syncBackend makes everything retired commands wrote visible in host
+// memory (a GPU back end keeps outputs on the device between fences), so a
+// quiesced engine's graphics memory can be read, hashed and migrated.
+func (e *Engine) syncBackend() {
+	if err := e.cfg.Backend.Sync(); err != nil {
+		e.log.Error().Err(err).Msg("engine: back end sync at quiesce failed")
+	}
 }
 
 type nopEvents struct{}

@@ -52,6 +52,15 @@ func (e *Engine) step() {
 	e.mu.Unlock()
 
 	res := e.fetchAndRun(p)
+	if res.code != 0 || e.drains(p, res) {
+		// The guest is about to learn of a failure (ERR_STATUS, the error
+		// interrupt) or see the ring idle: first make what every retired
+		// command wrote visible in host memory, as FENCE does (a GPU back
+		// end keeps outputs on the device until then).
+		if err := e.cfg.Backend.Sync(); err != nil {
+			e.log.Error().Err(err).Msg("engine: back end sync failed")
+		}
+	}
 	if len(res.wrote) > 0 {
 		e.cfg.Events.Wrote(res.wrote)
 	}
@@ -80,6 +89,15 @@ func (e *Engine) step() {
 	e.executing = false
 	e.notifyIdleLocked()
 	e.mu.Unlock()
+}
+
+// drains reports whether retiring res leaves the ring empty (head reaches
+// the latest tail). A doorbell racing with it at worst costs a needless
+// back-end sync.
+func (e *Engine) drains(p ringPos, res result) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return res.drop || (p.head+res.size)&(p.size-1) == e.r.tail
 }
 
 // fetchAndRun reads the command at p.head (docs/device-abi.md §5) and runs it.
@@ -175,6 +193,8 @@ func (e *Engine) exec(c Command) result {
 		return e.execKernelUnload(c)
 	case Launch:
 		return e.execLaunch(c)
+	case KernelLoadModule:
+		return e.execKernelLoadModule(c)
 	}
 	return fail(abi.ErrCommand, fmt.Errorf("%w: no handler for %T", ErrBadArgs, c))
 }

@@ -43,11 +43,17 @@ func (e *Engine) execKernelLoad(c KernelLoad) result {
 
 func (e *Engine) execKernelUnload(c KernelUnload) result {
 	e.mu.Lock()
-	_, ok := e.kernels[c.Handle]
+	kind, ok := e.kernels[c.Handle]
 	delete(e.kernels, c.Handle)
+	delete(e.modules, c.Handle)
 	e.mu.Unlock()
 	if !ok {
 		return kernelFail("unload of unknown handle %d", c.Handle)
+	}
+	if kind == abi.KernelModule {
+		if err := e.cfg.Backend.UnloadModule(c.Handle); err != nil {
+			e.log.Warn().Err(err).Uint32("handle", c.Handle).Msg("engine: unloading a guest module")
+		}
 	}
 	e.cfg.Events.KernelUnloaded(c.Handle)
 	return result{}
@@ -56,9 +62,16 @@ func (e *Engine) execKernelUnload(c KernelUnload) result {
 func (e *Engine) execLaunch(c Launch) result {
 	e.mu.Lock()
 	kind, ok := e.kernels[c.Handle]
+	m := e.modules[c.Handle]
 	e.mu.Unlock()
 	if !ok {
 		return kernelFail("launch of unknown handle %d", c.Handle)
+	}
+	if kind == abi.KernelModule {
+		if uint32(len(c.Args)) != m.Args {
+			return kernelFail("module %d takes %d arguments, got %d", c.Handle, m.Args, len(c.Args))
+		}
+		return e.launchModule(c.Handle, c.Args)
 	}
 	if len(c.Args) != kernelArity[kind] {
 		return kernelFail("kind %d takes %d arguments, got %d", kind, kernelArity[kind], len(c.Args))

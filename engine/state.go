@@ -20,6 +20,13 @@ type State struct {
 	FenceDone uint64
 	CmdsDone  uint64
 	Kernels   []KernelObject // sorted by handle
+	// Modules are the guest modules among Kernels (kind abi.KernelModule),
+	// sorted by handle, with what it takes to load them again (ABI 1.1).
+	Modules []Module
+	// DeviceVA is where the back end placed graphics memory in device
+	// virtual addresses (0: no device addresses); a restoring engine asks
+	// its back end for the same address (Backend.Place).
+	DeviceVA uint64
 }
 
 // KernelObject is one loaded kernel object (§6.5).
@@ -31,6 +38,10 @@ type KernelObject struct {
 // Save returns the engine's state. The engine must be quiesced (or not
 // running); otherwise the error wraps ErrNotQuiesced.
 func (e *Engine) Save() (State, error) {
+	va, err := e.cfg.Backend.Place(0) // asks nothing: where graphics memory is
+	if err != nil {
+		return State{}, fmt.Errorf("engine: device placement: %w", err)
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if err := e.checkQuiescedLocked(); err != nil {
@@ -50,6 +61,10 @@ func (e *Engine) Save() (State, error) {
 		s.Kernels = append(s.Kernels, KernelObject{Handle: h, Kind: k})
 	}
 	slices.SortFunc(s.Kernels, func(a, b KernelObject) int { return cmp.Compare(a.Handle, b.Handle) })
+	if len(e.modules) > 0 {
+		s.Modules = sortedModules(e.modules)
+	}
+	s.DeviceVA = va
 	return s, nil
 }
 
@@ -82,10 +97,37 @@ func (s State) Validate() error {
 		if k.Handle == 0 || seen[k.Handle] {
 			return fmt.Errorf("%w: kernel handle %d zero or repeated", ErrBadState, k.Handle)
 		}
-		if _, ok := kernelArity[k.Kind]; !ok {
+		if _, ok := kernelArity[k.Kind]; !ok && k.Kind != abi.KernelModule {
 			return fmt.Errorf("%w: kernel %d of unknown kind %d", ErrBadState, k.Handle, k.Kind)
 		}
 		seen[k.Handle] = true
+	}
+	return s.validateModules()
+}
+
+// validateModules checks that Modules are exactly the kernel objects of
+// kind abi.KernelModule, each well formed.
+func (s State) validateModules() error {
+	kinds := make(map[uint32]uint32, len(s.Kernels))
+	want := 0
+	for _, k := range s.Kernels {
+		kinds[k.Handle] = k.Kind
+		if k.Kind == abi.KernelModule {
+			want++
+		}
+	}
+	if len(s.Modules) != want {
+		return fmt.Errorf("%w: %d guest modules for %d module kernel objects", ErrBadState, len(s.Modules), want)
+	}
+	for _, m := range s.Modules {
+		switch {
+		case kinds[m.Handle] != abi.KernelModule:
+			return fmt.Errorf("%w: module %d is not a module kernel object", ErrBadState, m.Handle)
+		case m.Entry == "" || len(m.Entry) > abi.ModuleMaxEntry || len(m.PTX) == 0 || len(m.PTX) > abi.ModuleMaxImage:
+			return fmt.Errorf("%w: module %d malformed", ErrBadState, m.Handle)
+		case m.Args == 0 || m.Args > abi.LaunchMaxArgs:
+			return fmt.Errorf("%w: module %d takes %d arguments", ErrBadState, m.Handle, m.Args)
+		}
 	}
 	return nil
 }
@@ -99,10 +141,17 @@ func (e *Engine) Restore(s State) error {
 		return err
 	}
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	if err := e.checkQuiescedLocked(); err != nil {
+	err := e.checkQuiescedLocked()
+	old := e.modules
+	e.mu.Unlock()
+	if err != nil {
 		return err
 	}
+	if err := e.restoreModules(s, old); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	e.r = regs{
 		ringBase:  s.RingBase,
 		ringSize:  s.RingSize,
@@ -116,6 +165,10 @@ func (e *Engine) Restore(s State) error {
 	e.kernels = make(map[uint32]uint32, len(s.Kernels))
 	for _, k := range s.Kernels {
 		e.kernels[k.Handle] = k.Kind
+	}
+	e.modules = make(map[uint32]Module, len(s.Modules))
+	for _, m := range s.Modules {
+		e.modules[m.Handle] = m
 	}
 	e.log.Debug().Uint32("head", s.Head).Uint32("tail", s.Tail).Bool("enabled", s.Enabled).
 		Int("kernels", len(s.Kernels)).Msg("engine: state restored")
@@ -133,6 +186,11 @@ func (e *Engine) Reset() {
 	e.mu.Unlock()
 	e.Quiesce()
 	e.mu.Lock()
+	mods := e.modules
+	e.modules = make(map[uint32]Module)
+	e.mu.Unlock()
+	e.unloadModules(mods)
+	e.mu.Lock()
 	e.r = regs{gen: e.r.gen + 1}
 	e.kernels = make(map[uint32]uint32)
 	e.log.Debug().Msg("engine: reset")
@@ -140,5 +198,51 @@ func (e *Engine) Reset() {
 	e.mu.Unlock()
 	if !was {
 		e.Resume()
+	}
+}
+
+// restoreModules replaces the back end's guest modules with s's:
+// it asks for s's device placement, unloads the current modules and
+// loads s's under their handles (the back end's own objects are new: the
+// guest's handles are remapped onto them). On failure the old modules are
+// loaded back and the error wraps ErrBadState: a state with guest modules
+// cannot be restored onto a back end that does not run them. Called with
+// the engine quiesced (so nothing else uses the back end) and without mu;
+// old are the engine's current modules.
+func (e *Engine) restoreModules(s State, old map[uint32]Module) error {
+	if s.DeviceVA != 0 {
+		va, err := e.cfg.Backend.Place(s.DeviceVA)
+		if err != nil {
+			return fmt.Errorf("%w: placing graphics memory at %#x: %w", ErrBadState, s.DeviceVA, err)
+		}
+		if va != s.DeviceVA && len(s.Modules) > 0 {
+			e.log.Warn().Uint64("source_va", s.DeviceVA).Uint64("va", va).
+				Msg("engine: graphics memory moved on the device; device pointers guest kernels stored in it are stale (docs/nvidia.md)")
+		}
+	}
+	if len(s.Modules) == 0 && len(old) == 0 {
+		return nil
+	}
+	e.unloadModules(old)
+	for i, m := range s.Modules {
+		if err := e.cfg.Backend.LoadModule(m.Handle, m); err != nil {
+			for _, l := range s.Modules[:i] {
+				_ = e.cfg.Backend.UnloadModule(l.Handle)
+			}
+			for _, o := range sortedModules(old) {
+				_ = e.cfg.Backend.LoadModule(o.Handle, o)
+			}
+			return fmt.Errorf("%w: guest module %d: %w", ErrBadState, m.Handle, err)
+		}
+	}
+	return nil
+}
+
+// unloadModules unloads ms from the back end (without mu).
+func (e *Engine) unloadModules(ms map[uint32]Module) {
+	for h := range ms {
+		if err := e.cfg.Backend.UnloadModule(h); err != nil {
+			e.log.Warn().Err(err).Uint32("handle", h).Msg("engine: unloading a guest module")
+		}
 	}
 }

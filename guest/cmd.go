@@ -70,6 +70,23 @@ func AppendKernelLoad(b []byte, handle, kind uint32) []byte {
 	return binary.LittleEndian.AppendUint32(b, kind)
 }
 
+// AppendKernelLoadModule appends KERNEL_LOAD_MODULE (§6.8, ABI 1.1): the
+// image (entry name, NUL, PTX text) of n bytes at graphics address image
+// becomes kernel object handle, launched with nargs arguments.
+func AppendKernelLoadModule(b []byte, handle, nargs uint32, image uint64, n uint32) []byte {
+	b = AppendHeader(b, abi.OpKernelLoadModule, 0, abi.CmdKernelLoadModuleSize)
+	b = binary.LittleEndian.AppendUint32(b, handle)
+	b = binary.LittleEndian.AppendUint32(b, nargs)
+	b = binary.LittleEndian.AppendUint64(b, image)
+	b = binary.LittleEndian.AppendUint32(b, n)
+	return binary.LittleEndian.AppendUint32(b, 0)
+}
+
+// ModuleImage is the image KERNEL_LOAD_MODULE reads: entry, NUL, PTX.
+func ModuleImage(entry string, ptx []byte) []byte {
+	return append(append([]byte(entry), 0), ptx...)
+}
+
 // AppendKernelUnload appends KERNEL_UNLOAD (§6.6).
 func AppendKernelUnload(b []byte, handle uint32) []byte {
 	b = AppendHeader(b, abi.OpKernelUnload, 0, abi.CmdKernelUnloadSize)

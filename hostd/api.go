@@ -38,6 +38,12 @@ type CreateRequest struct {
 	Name       string `json:"name"`
 	MemSize    uint64 `json:"mem_size,omitempty"`
 	GTTEntries uint32 `json:"gtt_entries,omitempty"`
+	// Backend runs the vGPU's commands: "software" (the default) or
+	// "cuda" (an NVIDIA GPU; docs/nvidia.md).
+	Backend string `json:"backend,omitempty"`
+	// GuestModules lets the guest load its own PTX (cuda only; read
+	// docs/nvidia.md, "Isolation", first).
+	GuestModules bool `json:"guest_modules,omitempty"`
 }
 
 // maxRequestBody bounds what the API reads from a request.
@@ -55,7 +61,8 @@ func (h *Host) Handler() http.Handler {
 			writeError(w, err)
 			return
 		}
-		info, err := h.Create(vgpu.Config{Name: req.Name, MemSize: req.MemSize, GTTEntries: req.GTTEntries})
+		info, err := h.Create(vgpu.Config{Name: req.Name, MemSize: req.MemSize, GTTEntries: req.GTTEntries,
+			Backend: req.Backend, GuestModules: req.GuestModules})
 		if err != nil {
 			writeError(w, err)
 			return

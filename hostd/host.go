@@ -70,6 +70,7 @@ type Info struct {
 	Socket     string     `json:"socket"`
 	MemSize    uint64     `json:"mem_size"`
 	GTTEntries uint32     `json:"gtt_entries"`
+	Backend    string     `json:"backend"` // software or cuda
 	PoolOffset uint64     `json:"pool_offset"`
 	Stats      vgpu.Stats `json:"stats"`
 }
@@ -221,7 +222,7 @@ func removeStaleSocket(path string) error {
 func (s *served) info() Info {
 	c := s.v.Config()
 	return Info{
-		Name: c.Name, State: s.state, Socket: s.socket, MemSize: c.MemSize, GTTEntries: c.GTTEntries,
+		Name: c.Name, State: s.state, Socket: s.socket, MemSize: c.MemSize, GTTEntries: c.GTTEntries, Backend: c.Backend,
 		PoolOffset: s.v.Partition().Offset, Stats: s.v.Stats(),
 	}
 }

@@ -27,8 +27,11 @@ type GTT interface {
 // Config wires a RegisterFile to the rest of its vGPU.
 type Config struct {
 	MemSize uint64
-	Engine  Engine
-	GTT     GTT
+	// Caps are CAPS bits beyond DefaultCaps that this vGPU's back end
+	// offers (abi.CapModules).
+	Caps   uint32
+	Engine Engine
+	GTT    GTT
 	// Notify is called, with the register file locked, whenever the set of
 	// pending unmasked interrupt causes may have changed: pending is
 	// INT_STATUS & INT_MASK, rising the causes that just became pending.
@@ -41,6 +44,9 @@ type Config struct {
 	// INT_MASK changes, with their new values (the API log records them).
 	Interrupts func(status, mask uint32)
 }
+
+// DefaultCaps are the CAPS bits every vGPU has (docs/device-abi.md §3).
+const DefaultCaps = abi.CapKernels | abi.CapFenceMem | abi.CapHeartbeat
 
 // State is the register file's own state (docs/device-abi.md §3): plain data.
 type State struct {
@@ -83,7 +89,7 @@ type register struct {
 var registers = map[uint32]register{
 	abi.RegID:      {read: constant(abi.IDMagic)},
 	abi.RegVersion: {read: constant(abi.Version)},
-	abi.RegCaps:    {read: constant(abi.CapKernels | abi.CapFenceMem | abi.CapHeartbeat)},
+	abi.RegCaps:    {read: func(f *RegisterFile) uint64 { return uint64(DefaultCaps | f.cfg.Caps) }},
 	abi.RegMemSize: {wide: true, read: func(f *RegisterFile) uint64 { return f.cfg.MemSize }},
 	abi.RegGTTEntries: {read: func(f *RegisterFile) uint64 {
 		return uint64(f.cfg.GTT.Entries())

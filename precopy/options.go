@@ -6,6 +6,8 @@ import (
 	"runtime"
 
 	"github.com/rs/zerolog"
+
+	"github.com/gmig-dev/gmig/dirty"
 )
 
 // Strategy is how graphics memory is moved; the three run side by side so
@@ -56,6 +58,11 @@ type Options struct {
 	ConvergePages  int      // iterative: stop iterating once a round finds at most this many dirty pages (default 64)
 	BackgroundRate int      // oneshot: background re-hash budget in pages/s while waiting for the stop (0 = off)
 	Workers        int      // hashing workers (default GOMAXPROCS)
+	// Hasher, if set, computes the dirty scans' page hashes instead of
+	// the Workers: a GPU hasher of the vGPU's memory, say
+	// (dirty.Options.Hasher; the same xxhash64, so records and the stream
+	// agree).
+	Hasher dirty.PageHasher
 	// NoVerdict is the verdict-less mode (docs/migration-stream.md §10):
 	// the Source never reads its connection and Stop completes once End is
 	// written; ReceiveInto sends no verdict. For a one-way transport such

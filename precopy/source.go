@@ -92,7 +92,7 @@ func NewSource(v *vgpu.VGPU, conn io.ReadWriter, opts Options) (*Source, error) 
 	cfg := v.Config()
 	log := opts.Log.With().Str("vgpu", cfg.Name).Str("strategy", string(opts.Strategy)).Logger()
 	mem := v.Memory()
-	tr, err := dirty.New(mem, dirty.Options{Workers: opts.Workers, Log: log})
+	tr, err := dirty.New(mem, dirty.Options{Workers: opts.Workers, Log: log, Hasher: opts.Hasher})
 	if err != nil {
 		return nil, fmt.Errorf("precopy: dirty tracker: %w", err)
 	}

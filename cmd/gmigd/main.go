@@ -25,6 +25,7 @@ commands:
   migrate  live-migrate a VM and its vGPU to another gmigd
   guest    run the built-in guest simulator against a vGPU's vfio-user socket
   demo     two gmigd and a Linux VM under QEMU: a live migration and its downtime report (-sim: in-process)
+  status   this host's GPUs (NVML) and whether the cuda back end can run
   bench    compare the migration strategies on one seeded workload (downtime in ms)
 
 Run 'gmigd <command> -h' for a command's flags.
@@ -43,6 +44,7 @@ func main() {
 		"guest":   cmdGuest,
 		"demo":    cmdDemo,
 		"bench":   cmdBench,
+		"status":  cmdStatus,
 	}
 	name, args := os.Args[1], os.Args[2:]
 	if name == "-h" || name == "--help" || name == "help" {

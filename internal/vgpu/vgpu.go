@@ -36,6 +36,12 @@ type Config struct {
 	// OnHeartbeat, if set, is called with each value the guest writes to
 	// HEARTBEAT and the host time of the write.
 	OnHeartbeat func(value uint64, at time.Time)
+	// Backend runs the vGPU's commands: BackendSoftware (the default) or
+	// BackendCUDA (an NVIDIA GPU; backend.go).
+	Backend string `json:"backend,omitempty"`
+	// GuestModules lets the guest load its own PTX (ABI 1.1, CUDA back
+	// end only; docs/nvidia.md, "Isolation").
+	GuestModules bool `json:"guest_modules,omitempty"`
 }
 
 // ErrConfig reports an invalid Config.
@@ -54,7 +60,7 @@ func (c Config) withDefaults() (Config, error) {
 	case c.GTTEntries > abi.GTTMaxEntries:
 		return c, fmt.Errorf("%w: %d GTT entries, at most %d", ErrConfig, c.GTTEntries, abi.GTTMaxEntries)
 	}
-	return c, nil
+	return c.backendDefaults()
 }
 
 // Stats counts what the vGPU has done since it was created.
@@ -80,7 +86,8 @@ type VGPU struct {
 	eng    *engine.Engine
 	dma    *vfio.DMATable
 	irqs   *vfio.IRQTable
-	apiLog *apilog.Log // what memory hashes cannot capture, for migration
+	apiLog *apilog.Log    // what memory hashes cannot capture, for migration
+	gpu    *engine.NVIDIA // the CUDA back end, nil for software (backend.go)
 
 	fences, faults, written, beats atomic.Uint64
 	wroteHook                      atomic.Pointer[func(off, n uint64)]
@@ -136,8 +143,12 @@ func build(cfg Config, p *pool.Pool, part pool.Partition, log zerolog.Logger) (*
 	if v.gtt, err = gtt.New(cfg.GTTEntries, part.Offset, part.Pages()); err != nil {
 		return nil, fmt.Errorf("vgpu %s: GTT: %w", cfg.Name, err)
 	}
+	be, caps, err := v.newBackend(p.Mem(), part)
+	if err != nil {
+		return nil, err
+	}
 	v.eng = engine.New(engine.Config{
-		Backend: engine.NewSoftware(p.Mem()),
+		Backend: be,
 		GTT:     v.gtt,
 		RAM:     v.dma,
 		Events:  events{v},
@@ -145,6 +156,7 @@ func build(cfg Config, p *pool.Pool, part pool.Partition, log zerolog.Logger) (*
 	})
 	v.regs = mmio.New(mmio.Config{
 		MemSize:   cfg.MemSize,
+		Caps:      caps,
 		Engine:    v.eng,
 		GTT:       v.gtt,
 		Notify:    v.deliver,
@@ -257,6 +269,7 @@ func (v *VGPU) Close() error {
 	var err error
 	v.closeOnce.Do(func() {
 		v.eng.Close()
+		v.closeBackend()
 		v.dma.UnmapAll()
 		v.irqs.Close()
 		v.memMu.Lock()

@@ -1,0 +1,80 @@
+package vgpu
+
+import (
+	"fmt"
+
+	"github.com/gmig-dev/gmig/abi"
+	"github.com/gmig-dev/gmig/engine"
+	"github.com/gmig-dev/gmig/internal/pool"
+)
+
+// Back ends a vGPU can be created with (Config.Backend).
+const (
+	// BackendSoftware runs commands in Go on the host pool (the default).
+	BackendSoftware = "software"
+	// BackendCUDA runs them on NVIDIA GPU 0 through the CUDA driver API,
+	// with graphics memory mirrored in GPU memory (docs/nvidia.md).
+	BackendCUDA = "cuda"
+)
+
+// GPUOrdinal is the GPU the CUDA back end uses.
+const GPUOrdinal = 0
+
+// backendDefaults fills in and checks the back-end fields of a Config.
+func (c Config) backendDefaults() (Config, error) {
+	switch c.Backend {
+	case "":
+		c.Backend = BackendSoftware
+	case BackendSoftware, BackendCUDA:
+	default:
+		return c, fmt.Errorf("%w: back end %q (want %q or %q)", ErrConfig, c.Backend, BackendSoftware, BackendCUDA)
+	}
+	if c.GuestModules && c.Backend != BackendCUDA {
+		return c, fmt.Errorf("%w: guest modules need the %q back end", ErrConfig, BackendCUDA)
+	}
+	return c, nil
+}
+
+// newBackend makes the vGPU's back end over its partition of the pool
+// mapping mem, and returns the CAPS bits it adds.
+func (v *VGPU) newBackend(mem []byte, part pool.Partition) (engine.Backend, uint32, error) {
+	if v.cfg.Backend != BackendCUDA {
+		return engine.NewSoftware(mem), 0, nil
+	}
+	g, err := engine.OpenGPU(GPUOrdinal)
+	if err != nil {
+		return nil, 0, fmt.Errorf("vgpu %s: %s back end: %w", v.cfg.Name, BackendCUDA, err)
+	}
+	b, err := engine.NewNVIDIA(engine.NVIDIAConfig{
+		GPU:       g,
+		Window:    mem[part.Offset:part.End():part.End()],
+		WindowOff: part.Offset,
+		Modules:   v.cfg.GuestModules,
+		Log:       v.log,
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("vgpu %s: %s back end: %w", v.cfg.Name, BackendCUDA, err)
+	}
+	v.gpu = b
+	var caps uint32
+	if v.cfg.GuestModules {
+		caps |= abi.CapModules
+	}
+	return b, caps, nil
+}
+
+// closeBackend releases the CUDA back end's device memory and unlocks the
+// partition before the pool may reuse it (the engine has stopped).
+func (v *VGPU) closeBackend() {
+	if v.gpu == nil {
+		return
+	}
+	if err := v.gpu.Close(); err != nil {
+		v.log.Error().Err(err).Msg("vgpu: closing the CUDA back end")
+	}
+	v.gpu = nil
+}
+
+// GPU returns the vGPU's CUDA back end, or nil for the software back end:
+// its page hasher (for a migration's tracker) and traffic counters.
+func (v *VGPU) GPU() *engine.NVIDIA { return v.gpu }
