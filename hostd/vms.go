@@ -144,7 +144,7 @@ func (h *Host) launch(ctx context.Context, name string, spec qemu.Spec, socket s
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("hostd: VM directory: %w", err)
 	}
-	con, err := os.OpenFile(filepath.Join(dir, "console.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+	con, err := os.OpenFile(filepath.Join(dir, "console.log"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o640)
 	if err != nil {
 		return nil, fmt.Errorf("hostd: VM console: %w", err)
 	}

@@ -49,10 +49,11 @@ func defaultCache() string {
 
 // Guest console lines the demo waits for (cmd/gmig-guest).
 var (
-	reStep   = regexp.MustCompile(`gmig: workload step (\d+)`)
+	reStep   = regexp.MustCompile(`gmig: workload step (\d+)\b`)
 	reResult = regexp.MustCompile(`gmig: result (ok|FAIL)`)
-	reDigest = regexp.MustCompile(`gmig: workload seed=\d+ steps=\d+ in \S+ digest=([0-9a-f]{64})`)
-	reSuite  = regexp.MustCompile(`gmig: suite \((\w+)\): (\d+ passed, \d+ failed.*)`)
+	// The workload's last line: its digest, or why it failed.
+	reDigestOrFail = regexp.MustCompile(`gmig: workload(?: seed=\d+ steps=\d+ in \S+ digest=([0-9a-f]{64})|: (.*))`)
+	reSuite        = regexp.MustCompile(`gmig: suite \((\w+)\): (\d+ passed, \d+ failed.*)`)
 )
 
 func (q *qemuDemo) run(ctx context.Context) error {
@@ -121,15 +122,17 @@ func (q *qemuDemo) run(ctx context.Context) error {
 	}()
 	bootCtx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
-	for _, mode := range []string{"polling", "interrupts"} {
-		m, err := cluster.WaitLine(bootCtx, a.Console("demo"), regexp.MustCompile(`gmig: suite \(`+mode+`\): (\d+ passed, \d+ failed.*)`))
+	con := cluster.Follow(a.Console("demo"))
+	defer con.Close()
+	for range 2 {
+		m, err := con.Wait(bootCtx, reSuite)
 		if err != nil {
 			return err
 		}
-		fmt.Printf("guest: correctness suite (%s): %s\n", mode, m[1])
+		fmt.Printf("guest: correctness suite (%s): %s\n", m[1], m[2])
 	}
 	for {
-		m, err := cluster.WaitLine(bootCtx, a.Console("demo"), regexp.MustCompile(`gmig: workload step (\d+)$`))
+		m, err := con.Wait(bootCtx, reStep)
 		if err != nil {
 			return err
 		}
@@ -148,15 +151,20 @@ func (q *qemuDemo) run(ctx context.Context) error {
 	fmt.Println()
 	fmt.Print(indent(rep.String(), "  "))
 	fmt.Println()
-	res, err := cluster.WaitLine(bootCtx, b.Console("demo"), reResult)
+	conB := cluster.Follow(b.Console("demo"))
+	defer conB.Close()
+	dig, err := conB.Wait(bootCtx, reDigestOrFail)
 	if err != nil {
 		return err
 	}
-	dig, _ := cluster.WaitLine(bootCtx, b.Console("demo"), reDigest)
+	res, err := conB.Wait(bootCtx, reResult)
+	if err != nil {
+		return err
+	}
 	ref := <-want
 	fmt.Printf("guest on B: result %s (its own checks of graphics memory and DMA after every step)\n", res[1])
-	if res[1] != "ok" || dig == nil {
-		return errors.New("the guest reported a failure after the migration")
+	if res[1] != "ok" || dig[1] == "" {
+		return fmt.Errorf("the guest reported a failure after the migration: %s", dig[2])
 	}
 	verdict := "equals a never-migrated run of the same seed: ok"
 	if dig[1] != hex.EncodeToString(ref[:]) {

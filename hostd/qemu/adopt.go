@@ -47,7 +47,9 @@ func Adopt(ctx context.Context, path, deviceID string) (*VM, error) {
 	if err := mon.Connect(); err != nil {
 		return nil, fmt.Errorf("%w: QMP handshake: %w", ErrAdopt, err)
 	}
+	vm.qmpMu.Lock()
 	vm.qmp = mon
+	vm.qmpMu.Unlock()
 	ch, _ := mon.Events(ctx)
 	go func() {
 		vm.events.pump(ch)

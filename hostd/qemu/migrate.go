@@ -41,6 +41,7 @@ type Outgoing struct {
 	mu      sync.Mutex
 	mark    uint64 // events before the migration started
 	started bool
+	final   *orchestrator.VMMProgress // once completed: QEMU may be gone
 }
 
 var _ orchestrator.SourceVM = (*Outgoing)(nil)
@@ -94,8 +95,15 @@ func (o *Outgoing) Switchover(ctx context.Context) error {
 	o.mu.Lock()
 	o.mark = mark
 	o.mu.Unlock()
-	_, err := o.waitStatus(ctx, "completed")
-	return err
+	if _, err := o.waitStatus(ctx, "completed"); err != nil {
+		return err
+	}
+	if p, err := o.VM.MigrationInfo(); err == nil {
+		o.mu.Lock()
+		o.final = &p
+		o.mu.Unlock()
+	}
+	return nil
 }
 
 // waitStatus waits for a MIGRATION event with status want after the mark;
@@ -123,9 +131,12 @@ func (o *Outgoing) waitStatus(ctx context.Context, want string) (Event, error) {
 // Progress reports query-migrate.
 func (o *Outgoing) Progress() orchestrator.VMMProgress {
 	o.mu.Lock()
-	started := o.started
+	started, final := o.started, o.final
 	o.mu.Unlock()
-	if !started {
+	switch {
+	case final != nil:
+		return *final
+	case !started:
 		return orchestrator.VMMProgress{}
 	}
 	p, _ := o.VM.MigrationInfo()

@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -290,6 +291,7 @@ type VM struct {
 	cfg    Config
 	cmd    *exec.Cmd // nil when adopted
 	pid    int
+	qmpMu  sync.Mutex // guards qmp, which closeQMP clears
 	qmp    *qmp.SocketMonitor
 	events *events
 	done   chan struct{}
@@ -355,7 +357,9 @@ func (vm *VM) connectQMP(ctx context.Context, path string) error {
 			mon, err := qmp.NewSocketMonitor("unix", path, 5*time.Second)
 			if err == nil {
 				if err = mon.Connect(); err == nil {
+					vm.qmpMu.Lock()
 					vm.qmp = mon
+					vm.qmpMu.Unlock()
 					ch, _ := mon.Events(context.Background())
 					go vm.events.pump(ch)
 					return nil
@@ -383,7 +387,13 @@ func (vm *VM) QMP(command string, arguments any) (json.RawMessage, error) {
 	if err != nil {
 		return nil, err
 	}
-	raw, err := vm.qmp.Run(b)
+	vm.qmpMu.Lock()
+	mon := vm.qmp
+	vm.qmpMu.Unlock()
+	if mon == nil {
+		return nil, fmt.Errorf("qemu: %s: %w", command, ErrGone)
+	}
+	raw, err := mon.Run(b)
 	if err != nil {
 		return nil, fmt.Errorf("qemu: %s: %w", command, err)
 	}
@@ -466,9 +476,12 @@ func (vm *VM) Kill() {
 }
 
 func (vm *VM) closeQMP() {
-	if vm.qmp != nil {
-		_ = vm.qmp.Disconnect()
-		vm.qmp = nil
+	vm.qmpMu.Lock()
+	mon := vm.qmp
+	vm.qmp = nil
+	vm.qmpMu.Unlock()
+	if mon != nil {
+		_ = mon.Disconnect()
 	}
 }
 

@@ -152,43 +152,64 @@ func (d *Daemon) LogTail(n int) string {
 // Console is the path of VM vm's serial console log on this daemon.
 func (d *Daemon) Console(vm string) string { return filepath.Join(d.RunDir, "vms", vm, "console.log") }
 
-// WaitLine waits until a line of the file at path matches re and returns
-// its submatches. The file may not exist yet; it is read as it grows.
-func WaitLine(ctx context.Context, path string, re *regexp.Regexp) ([]string, error) {
-	var f *os.File
-	defer func() {
-		if f != nil {
-			f.Close()
-		}
-	}()
-	var r *bufio.Reader
-	var partial string
+// Console follows a VM's serial console log as it grows.
+type Console struct {
+	path    string
+	f       *os.File
+	r       *bufio.Reader
+	partial string
+}
+
+// Follow returns a Console reading the file at path from its start (the
+// file may not exist yet).
+func Follow(path string) *Console { return &Console{path: path} }
+
+// Close releases the file.
+func (c *Console) Close() {
+	if c.f != nil {
+		c.f.Close()
+	}
+}
+
+// Wait reads on until a line matches re and returns its submatches; the
+// next Wait goes on after that line. Lines are matched without their
+// line ending (a serial console ends them with "\r\n").
+func (c *Console) Wait(ctx context.Context, re *regexp.Regexp) ([]string, error) {
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
 	for {
-		if f == nil {
-			if g, err := os.Open(path); err == nil {
-				f, r = g, bufio.NewReader(g)
+		if c.f == nil {
+			if f, err := os.Open(c.path); err == nil {
+				c.f, c.r = f, bufio.NewReader(f)
 			}
 		}
-		for r != nil {
-			s, err := r.ReadString('\n')
-			partial += s
+		for c.r != nil {
+			s, err := c.r.ReadString('\n')
+			c.partial += s
 			if err == io.EOF {
 				break
 			}
 			if err != nil {
 				return nil, err
 			}
-			if m := re.FindStringSubmatch(partial); m != nil {
+			line := strings.TrimRight(c.partial, "\r\n")
+			c.partial = ""
+			if m := re.FindStringSubmatch(line); m != nil {
 				return m, nil
 			}
-			partial = ""
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("cluster: waiting for %q in %s: %w", re, path, ctx.Err())
+			return nil, fmt.Errorf("cluster: waiting for %q in %s: %w", re, c.path, ctx.Err())
 		case <-t.C:
 		}
 	}
+}
+
+// WaitLine waits until a line of the file at path matches re and returns
+// its submatches.
+func WaitLine(ctx context.Context, path string, re *regexp.Regexp) ([]string, error) {
+	c := Follow(path)
+	defer c.Close()
+	return c.Wait(ctx, re)
 }

@@ -1,0 +1,375 @@
+package tests
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gmig-dev/gmig/guest"
+	"github.com/gmig-dev/gmig/hostd"
+	"github.com/gmig-dev/gmig/hostd/qemu"
+	"github.com/gmig-dev/gmig/internal/cluster"
+	"github.com/gmig-dev/gmig/internal/sim"
+	"github.com/gmig-dev/gmig/internal/vgpu"
+	"github.com/gmig-dev/gmig/orchestrator"
+)
+
+// The guest program's console lines these tests follow (cmd/gmig-guest).
+var (
+	reStep   = regexp.MustCompile(`gmig: workload step (\d+)\b`)
+	reResult = regexp.MustCompile(`gmig: result (ok|FAIL)`)
+	reEnd    = regexp.MustCompile(`gmig: workload(?: seed=\d+ steps=\d+ in \S+ digest=([0-9a-f]{64})|: (.*))`)
+)
+
+const (
+	e2eSeed    = 5
+	e2eVGPUMem = 16 << 20
+)
+
+// gmigdBinary builds cmd/gmigd once for the tests that run it as daemons.
+var gmigdBinary = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "gmig-e2e-bin-")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "gmigd")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/gmig-dev/gmig/cmd/gmigd").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("building gmigd: %v\n%s", err, out)
+	}
+	return bin, nil
+})
+
+// pair is two gmigd daemons on this machine.
+type pair struct {
+	t   *testing.T
+	e   env
+	dir string
+	bin string
+	d   [2]*cluster.Daemon
+}
+
+func newPair(t *testing.T, ctx context.Context, e env) *pair {
+	t.Helper()
+	bin, err := gmigdBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &pair{t: t, e: e, dir: t.TempDir(), bin: bin}
+	for i := range p.d {
+		p.start(ctx, i)
+	}
+	t.Cleanup(func() {
+		for _, d := range p.d {
+			if d != nil {
+				d.Stop(10 * time.Second)
+			}
+		}
+	})
+	return p
+}
+
+// start (re)starts daemon i in a fresh run directory.
+func (p *pair) start(ctx context.Context, i int) {
+	p.t.Helper()
+	name := fmt.Sprintf("%c%d", 'a'+i, time.Now().UnixNano()%1e6)
+	d, err := cluster.Start(ctx, p.dir, name, cluster.Options{Binary: p.bin, QEMURoot: string(p.e.root), Pool: "128M", LogLevel: "info"})
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	p.d[i] = d
+}
+
+// dumpOnFailure logs the daemons' logs and the VM's consoles if the test
+// failed.
+func (p *pair) dumpOnFailure(vm string) {
+	p.t.Cleanup(func() {
+		if !p.t.Failed() {
+			return
+		}
+		for _, d := range p.d {
+			if d == nil {
+				continue
+			}
+			p.t.Logf("gmigd %s log:\n%s", d.Name, d.LogTail(40))
+			if b, err := os.ReadFile(d.Console(vm)); err == nil {
+				p.t.Logf("gmigd %s console of %s:\n%s", d.Name, vm, tail(string(b), 40))
+			}
+		}
+	})
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// vmSpec is the guest: the self-checking seeded workload with a 1 ms
+// heartbeat and a progress line every 10 steps.
+func (e env) vmSpec(machine, irq string, steps int) qemu.Spec {
+	return qemu.Spec{
+		Machine: machine, MemoryMB: 512, CPUs: 2, Accel: e.accel, Kernel: e.kernel, Initrd: e.initrd,
+		Append: fmt.Sprintf("console=ttyS0 panic=-1 quiet gmig.measure=0 gmig.suite=false gmig.irq=%s gmig.steps=%d gmig.seed=%d gmig.check=true gmig.progress=10",
+			irq, steps, e2eSeed),
+	}
+}
+
+// waitStep follows a console until the workload reports step >= n.
+func waitStep(ctx context.Context, t *testing.T, con *cluster.Console, n int) int {
+	t.Helper()
+	for {
+		m, err := con.Wait(ctx, reStep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := strconv.Atoi(m[1]); got >= n {
+			return got
+		}
+	}
+}
+
+// waitEnd follows a console to the workload's end and the guest's verdict;
+// it returns the digest.
+func waitEnd(ctx context.Context, t *testing.T, con *cluster.Console) string {
+	t.Helper()
+	m, err := con.Wait(ctx, reEnd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m[1] == "" {
+		t.Fatalf("the guest's workload failed: %s", m[2])
+	}
+	r, err := con.Wait(ctx, reResult)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r[1] != "ok" {
+		t.Fatalf("the guest reports %s", r[1])
+	}
+	return m[1]
+}
+
+// reference is the digest of the same workload on a vGPU that never
+// moved (the in-process simulator, whose driver is the guest's).
+func reference(ctx context.Context, t *testing.T, steps int) string {
+	t.Helper()
+	h, err := hostd.New(hostd.Config{PoolSize: 2 * e2eVGPUMem, RunDir: t.TempDir(), Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	info, err := h.Create(vgpu.Config{Name: "ref", MemSize: e2eVGPUMem})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm, err := sim.StartVM(info.Socket, e2eSeed, guest.WorkloadConfig{}, sim.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vm.Close()
+	if err := vm.Run(ctx, steps); err != nil {
+		t.Fatal(err)
+	}
+	d, err := vm.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(d[:])
+}
+
+// checkMigrated checks a successful migration's report and where the VM is.
+func checkMigrated(t *testing.T, rep orchestrator.Report, from, to *cluster.Daemon, vm string) {
+	t.Helper()
+	var sum time.Duration
+	for _, term := range rep.Terms {
+		if term.D < 0 {
+			t.Errorf("term %q negative: %v", term.Name, term.D)
+		}
+		sum += term.D
+	}
+	if rep.Downtime <= 0 || sum != rep.Downtime {
+		t.Errorf("downtime %v, terms add up to %v", rep.Downtime, sum)
+	}
+	if !rep.GuestBeats || rep.GuestGap <= 0 {
+		t.Errorf("no guest-observed downtime (beats %v, gap %v)", rep.GuestBeats, rep.GuestGap)
+	}
+	if rep.VMM.Total == 0 || rep.VMM.Downtime <= 0 {
+		t.Errorf("QEMU's own migration not reported: %+v", rep.VMM)
+	}
+	if rep.ConfigWrites == 0 {
+		t.Error("no config writes replayed into the destination's front end")
+	}
+	if vms, err := from.Client.ListVMs(); err != nil || len(vms) != 0 {
+		t.Errorf("the source still lists VMs %+v (%v)", vms, err)
+	}
+	vms, err := to.Client.ListVMs()
+	if err != nil || len(vms) != 1 || vms[0].Name != vm || vms[0].State != "running" {
+		t.Errorf("the destination lists %+v (%v)", vms, err)
+	}
+	t.Logf("report:\n%s", rep)
+}
+
+// TestMigrateQEMU moves a running Linux VM and its vGPU between two gmigd
+// daemons with `gmigd migrate`'s API, A→B in the middle of the guest's
+// self-checking workload and back B→A, on each machine type; the guest's
+// interrupts keep working on both hosts and its checks and final digest
+// pass.
+func TestMigrateQEMU(t *testing.T) {
+	e := needEnv(t)
+	for _, c := range []struct{ machine, irq string }{{"pc", "intx"}, {"q35", "msi"}} {
+		t.Run(c.machine+"-"+c.irq, func(t *testing.T) { migrateBackAndForth(t, e, c.machine, c.irq) })
+	}
+}
+
+func migrateBackAndForth(t *testing.T, e env, machine, irq string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*e2eTimeout())
+	defer cancel()
+	const steps = 150
+	p := newPair(t, ctx, e)
+	p.dumpOnFailure("vm")
+	a, b := p.d[0], p.d[1]
+	want := make(chan string, 1)
+	go func() { want <- reference(ctx, t, steps) }()
+	// Another tenant first on A, so the vGPU's pool offset differs.
+	if _, err := a.Client.Create(hostd.CreateRequest{Name: "neighbour", MemSize: 8 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Client.StartVM(hostd.StartVMRequest{Name: "vm", MemSize: e2eVGPUMem, QEMU: e.vmSpec(machine, irq, steps)}); err != nil {
+		t.Fatal(err)
+	}
+	conA := cluster.Follow(a.Console("vm"))
+	defer conA.Close()
+	at := waitStep(ctx, t, conA, 30)
+	t.Logf("A→B at step %d", at)
+	rep, err := a.Client.Migrate(ctx, "vm", hostd.MigrateRequest{To: b.Addr}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkMigrated(t, rep, a, b, "vm")
+
+	conB := cluster.Follow(b.Console("vm"))
+	defer conB.Close()
+	at = waitStep(ctx, t, conB, at+30)
+	t.Logf("B→A at step %d", at)
+	rep, err = b.Client.Migrate(ctx, "vm", hostd.MigrateRequest{To: a.Addr, Strategy: "iterative"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkMigrated(t, rep, b, a, "vm")
+	conA2 := cluster.Follow(a.Console("vm"))
+	defer conA2.Close()
+	got := waitEnd(ctx, t, conA2)
+	if w := <-want; got != w {
+		t.Fatalf("digest after two migrations %s, never migrated %s", got[:16], w[:16])
+	}
+}
+
+// TestMigrateQEMUFailures: the destination gmigd killed while QEMU
+// pre-copies RAM, and the destination's QEMU killed between the stop
+// phase and its resume: each time the migration rolls back and the VM runs
+// on at the source, the destination keeps nothing; then a migration to a
+// fresh destination succeeds and the guest's checks and digest pass.
+func TestMigrateQEMUFailures(t *testing.T) {
+	e := needEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*e2eTimeout())
+	defer cancel()
+	const steps = 180
+	p := newPair(t, ctx, e)
+	p.dumpOnFailure("vm")
+	a := p.d[0]
+	want := make(chan string, 1)
+	go func() { want <- reference(ctx, t, steps) }()
+	if _, err := a.Client.StartVM(hostd.StartVMRequest{Name: "vm", MemSize: e2eVGPUMem, QEMU: e.vmSpec("pc", "intx", steps)}); err != nil {
+		t.Fatal(err)
+	}
+	conA := cluster.Follow(a.Console("vm"))
+	defer conA.Close()
+	at := waitStep(ctx, t, conA, 20)
+
+	faults := []struct {
+		name  string
+		phase string // the progress phase at which the fault strikes
+		kill  func(b *cluster.Daemon)
+	}{
+		{"destination gmigd killed during QEMU's pre-copy", orchestrator.PhaseVMMLive, func(b *cluster.Daemon) { b.Kill() }},
+		{"destination QEMU killed before cont", orchestrator.PhaseSwitchover, func(b *cluster.Daemon) { killQEMU(t, b) }},
+	}
+	for _, f := range faults {
+		b := p.d[1]
+		var once sync.Once
+		_, err := a.Client.Migrate(ctx, "vm", hostd.MigrateRequest{To: b.Addr}, func(pr orchestrator.Progress) {
+			if pr.Phase == f.phase {
+				once.Do(func() { f.kill(b) })
+			}
+		})
+		if err == nil || !strings.Contains(err.Error(), "runs on at the source") {
+			t.Fatalf("%s: migration error %v, want a roll-back", f.name, err)
+		}
+		vms, lerr := a.Client.ListVMs()
+		if lerr != nil || len(vms) != 1 || vms[0].State != "running" {
+			t.Fatalf("%s: the source lists %+v (%v)", f.name, vms, lerr)
+		}
+		// The guest runs on at the source: its workload goes on.
+		at = waitStep(ctx, t, conA, at+10)
+		t.Logf("%s: rolled back (%v); the guest goes on at step %d", f.name, err, at)
+		select {
+		case <-b.Done(): // killed
+		default:
+			// Alive: it discarded what it built for the migration.
+			if vms, _ := b.Client.ListVMs(); len(vms) != 0 {
+				t.Fatalf("%s: the destination kept VMs %+v", f.name, vms)
+			}
+			if gs, _ := b.Client.List(); len(gs) != 0 {
+				t.Fatalf("%s: the destination kept vGPUs %+v", f.name, gs)
+			}
+			b.Stop(10 * time.Second)
+		}
+		p.start(ctx, 1)
+	}
+	b := p.d[1]
+	rep, err := a.Client.Migrate(ctx, "vm", hostd.MigrateRequest{To: b.Addr}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkMigrated(t, rep, a, b, "vm")
+	conB := cluster.Follow(b.Console("vm"))
+	defer conB.Close()
+	got := waitEnd(ctx, t, conB)
+	if w := <-want; got != w {
+		t.Fatalf("digest %s, never migrated %s", got[:16], w[:16])
+	}
+}
+
+// killQEMU kills the QEMU daemon d started for an incoming migration: the
+// one whose QMP socket lies in d's run directory.
+func killQEMU(t *testing.T, d *cluster.Daemon) {
+	t.Helper()
+	out, err := exec.Command("pgrep", "-f", "qemu-system.*"+regexp.QuoteMeta(d.RunDir)).Output()
+	if err != nil {
+		t.Errorf("finding the destination's QEMU: %v", err)
+		return
+	}
+	for _, f := range strings.Fields(string(out)) {
+		if pid, err := strconv.Atoi(f); err == nil {
+			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+				t.Errorf("killing QEMU %d: %v", pid, err)
+			}
+		}
+	}
+}
