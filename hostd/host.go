@@ -123,6 +123,7 @@ func New(cfg Config) (*Host, error) {
 		return nil, fmt.Errorf("hostd: creating %d-byte pool: %w", cfg.PoolSize, err)
 	}
 	h := &Host{cfg: cfg, log: cfg.Log, pool: p, vgpus: map[string]*served{}, vms: map[string]*vmRec{}, metrics: newMetrics()}
+	h.recoverMigrations()
 	h.log.Info().Uint64("pool_size", cfg.PoolSize).Str("run_dir", cfg.RunDir).Msg("host ready")
 	return h, nil
 }

@@ -6,6 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/gmig-dev/gmig/hostd/qemu"
@@ -146,7 +150,7 @@ func (h *Host) ListenMigrations(addr string) (net.Listener, error) {
 // behind. onArrival, if set, is told each arrival's end.
 func (h *Host) ServeMigrations(ctx context.Context, l net.Listener, onArrival func(orchestrator.Arrival)) error {
 	d := orchestrator.NewDestination(h, orchestrator.DestinationOptions{
-		Timeouts: h.cfg.Timeouts, Log: h.log,
+		Timeouts: h.cfg.Timeouts, Log: h.log, Outcomes: h.outcomes(),
 		OnArrival: func(a orchestrator.Arrival) {
 			h.metrics.migrationEnded("destination", orchestrator.Report{}, a.Err)
 			if onArrival != nil {
@@ -155,6 +159,40 @@ func (h *Host) ServeMigrations(ctx context.Context, l net.Listener, onArrival fu
 		},
 	})
 	return d.Serve(ctx, l)
+}
+
+// outcomes is where this host keeps its incoming migrations' outcomes.
+func (h *Host) outcomes() orchestrator.FileOutcomes {
+	return orchestrator.FileOutcomes{Dir: filepath.Join(h.cfg.RunDir, "migrations")}
+}
+
+// recoverMigrations ends the incoming migrations an earlier gmigd left
+// pending when it stopped: their QEMU waits paused for a commit that will
+// never come (it never ran the VM); it is killed and the migration
+// recorded as aborted, which is what the source hears if it asks.
+func (h *Host) recoverMigrations() {
+	store := h.outcomes()
+	for id, o := range store.Pending() {
+		if o.PID > 0 && isOurQEMU(o.PID, h.cfg.RunDir) {
+			if err := syscall.Kill(o.PID, syscall.SIGKILL); err == nil {
+				h.log.Warn().Str("migration", id).Int("pid", o.PID).Msg("ended the QEMU of an incoming migration left pending")
+			}
+		}
+		if err := store.Save(id, orchestrator.Outcome{State: "aborted", At: time.Now()}); err != nil {
+			h.log.Error().Err(err).Str("migration", id).Msg("recording a pending migration as aborted")
+		}
+	}
+}
+
+// isOurQEMU reports whether pid is a QEMU whose command line names a path
+// in runDir (its QMP socket there).
+func isOurQEMU(pid int, runDir string) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return false
+	}
+	cmd := string(b)
+	return strings.Contains(cmd, "qemu-system") && strings.Contains(cmd, filepath.Join(runDir, "vms")+"/")
 }
 
 // Land implements orchestrator.Host: the arriving vGPU, created in state

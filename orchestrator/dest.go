@@ -54,6 +54,9 @@ type DestinationOptions struct {
 	Log      zerolog.Logger
 	// OnArrival, if set, is told each incoming migration's end.
 	OnArrival func(Arrival)
+	// Outcomes keeps what this destination decided, for the sources'
+	// questions; nil: in memory only (a FileOutcomes survives a restart).
+	Outcomes OutcomeStore
 }
 
 // Destination accepts incoming migrations for a Host.
@@ -63,14 +66,8 @@ type Destination struct {
 	log      zerolog.Logger
 	instance string
 
-	mu       sync.Mutex
-	data     map[string]chan net.Conn // migrations waiting for their stream
-	outcomes map[string]outcomeAt
-}
-
-type outcomeAt struct {
-	state string
-	at    time.Time
+	mu   sync.Mutex
+	data map[string]chan net.Conn // migrations waiting for their stream
 }
 
 // outcomeKeep is how long a migration's outcome is kept for queries.
@@ -79,11 +76,14 @@ const outcomeKeep = 30 * time.Minute
 // NewDestination returns a Destination for h.
 func NewDestination(h Host, opts DestinationOptions) *Destination {
 	opts.Timeouts = opts.Timeouts.withDefaults()
+	if opts.Outcomes == nil {
+		opts.Outcomes = &MemoryOutcomes{}
+	}
 	id := newID()
 	return &Destination{
 		host: h, opts: opts, instance: id,
 		log:  opts.Log.With().Str("instance", id).Logger(),
-		data: map[string]chan net.Conn{}, outcomes: map[string]outcomeAt{},
+		data: map[string]chan net.Conn{},
 	}
 }
 
@@ -146,41 +146,38 @@ func (d *Destination) serveConn(ctx context.Context, c net.Conn) {
 }
 
 func (d *Destination) outcome(id string) string {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if o, ok := d.outcomes[id]; ok {
-		return o.state
+	if o, ok := d.opts.Outcomes.Load(id); ok {
+		return o.State
 	}
 	return outcomeUnknownID
 }
 
-func (d *Destination) setOutcome(id, state string) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	now := time.Now()
-	for k, o := range d.outcomes {
-		if now.Sub(o.at) > outcomeKeep {
-			delete(d.outcomes, k)
-		}
-	}
-	d.outcomes[id] = outcomeAt{state, now}
+// record saves a migration's outcome; pid is its VMM's while pending.
+func (d *Destination) record(id, state string, pid int) error {
+	return d.opts.Outcomes.Save(id, Outcome{State: state, At: time.Now(), PID: pid})
 }
 
 // incoming is one migration at the destination, on its control
 // connection (doc.go, "The sequence").
 func (d *Destination) incoming(ctx context.Context, ctl net.Conn, id string) {
 	in := &arriving{d: d, ctl: ctl, id: id, log: d.log.With().Str("migration", id).Logger()}
-	d.setOutcome(id, outcomePending)
-	err := in.run(ctx)
-	state := outcomeResumed
-	if err != nil {
-		state = outcomeAborted
+	if _, known := d.opts.Outcomes.Load(id); known {
+		in.log.Warn().Msg("a second control connection for a known migration; closed")
+		return
+	}
+	err := d.record(id, outcomePending, 0)
+	if err == nil {
+		err = in.run(ctx)
+	}
+	if err != nil && !in.resumed {
 		if in.landing != nil {
 			in.landing.Discard()
 		}
+		if rerr := d.record(id, outcomeAborted, 0); rerr != nil {
+			in.log.Error().Err(rerr).Msg("recording the abort")
+		}
 		in.log.Warn().Err(err).Msg("incoming migration failed; nothing of it kept")
 	}
-	d.setOutcome(id, state)
 	if d.opts.OnArrival != nil {
 		d.opts.OnArrival(Arrival{Prepare: in.prepare, Report: in.rep, Times: in.times, Err: err})
 	}
@@ -196,6 +193,7 @@ type arriving struct {
 	landing Landing
 	rep     precopy.Report
 	times   DestTimes
+	resumed bool // the VM runs here (whatever fails afterwards)
 }
 
 func (in *arriving) run(ctx context.Context) error {
@@ -225,6 +223,11 @@ func (in *arriving) run(ctx context.Context) error {
 		return in.refuse(err)
 	}
 	in.landing = landing
+	if p, ok := landing.VM().(interface{ PID() int }); ok {
+		if err := in.d.record(in.id, outcomePending, p.PID()); err != nil {
+			return in.refuse(err)
+		}
+	}
 	_ = in.ctl.SetWriteDeadline(time.Now().Add(t.Message))
 	if err := writeMsg(in.ctl, ready{Incoming: landing.VM().Incoming(), Instance: in.d.instance}); err != nil {
 		return err
@@ -341,16 +344,28 @@ func (in *arriving) resume(ctx context.Context) error {
 		return fail("restoring the vGPU's PCI front end", err)
 	}
 	in.times.FrontEnd = time.Now()
+	// Written before it is true: from here on this destination never
+	// tells the source it did not run the VM.
+	if err := in.d.record(in.id, outcomeResumed, 0); err != nil {
+		return fail("recording the commit", err)
+	}
 	v.Resume()
 	in.times.EngineRun = time.Now()
 	resumed, err := vm.Resume(rctx)
 	if err != nil {
 		v.Quiesce()
+		if rerr := in.d.record(in.id, outcomeAborted, 0); rerr != nil {
+			// The record says resumed: the source will release its VM,
+			// and this one never ran. Keep it paused for the operator.
+			in.log.Error().Err(rerr).Msg("the VM did not resume here and the record says it did; the paused VM is kept")
+			in.resumed = true
+			return fail("resuming the VM", err)
+		}
 		return fail("resuming the VM", err)
 	}
+	in.resumed = true
 	in.times.Resumed = resumed
 	in.landing.Commit()
-	in.d.setOutcome(in.id, outcomeResumed)
 	in.log.Info().Time("resumed", resumed).Int("config_writes", len(writes)).Msg("migration arrived; the VM runs here")
 	_ = in.ctl.SetWriteDeadline(time.Now().Add(t.Message))
 	if err := writeMsg(in.ctl, committed{OK: true, Times: in.times}); err != nil {

@@ -96,6 +96,7 @@ type outgoing struct {
 	progress *reporter
 
 	ctl      net.Conn
+	ctlIn    chan ctlMsg // what the destination says after ready, read by one goroutine
 	data     net.Conn
 	src      *precopy.Source
 	instance string // the destination gmigd's run
@@ -115,14 +116,24 @@ func (m *outgoing) run(ctx context.Context) error {
 	if err != nil {
 		return m.rollback(ctx, "prepare", err)
 	}
-	if err := m.live(ctx, incoming); err != nil {
+	// Until the commit the destination says nothing on the control
+	// connection: its end (a dead gmigd, a cut link) stops the migration
+	// at once, whatever phase is waiting.
+	pctx, stopWatch := m.watchControl(ctx)
+	if err := m.live(pctx, incoming); err != nil {
+		stopWatch()
 		return m.rollback(ctx, "pre-copy", err)
 	}
-	if err := m.stop(ctx); err != nil {
+	if err := m.stop(pctx); err != nil {
+		stopWatch()
 		return m.rollback(ctx, "stop phase", err)
 	}
 	m.progress.enter(PhaseSwitchover)
-	if err := m.VM.Switchover(ctx); err != nil {
+	err = m.VM.Switchover(pctx)
+	if !stopWatch() && err == nil {
+		err = context.Cause(pctx)
+	}
+	if err != nil {
 		return m.rollback(ctx, "VMM switchover", err)
 	}
 	m.times.switched = time.Now()
@@ -134,6 +145,67 @@ func (m *outgoing) run(ctx context.Context) error {
 	}
 	m.finish(ctx, d)
 	return nil
+}
+
+// ctlMsg is one message from the destination after ready, undecoded.
+type ctlMsg struct {
+	raw json.RawMessage
+	err error
+}
+
+// readControl reads the destination's messages until the connection ends.
+func (m *outgoing) readControl() {
+	for {
+		var raw json.RawMessage
+		err := readMsg(m.ctl, &raw)
+		m.ctlIn <- ctlMsg{raw, err}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// watchControl returns ctx, cancelled if the destination says anything or
+// hangs up before the commit; stop ends the watch and reports whether the
+// context is still live (false: the destination went away).
+func (m *outgoing) watchControl(ctx context.Context) (context.Context, func() bool) {
+	wctx, cancel := context.WithCancelCause(ctx)
+	done, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		select {
+		case msg := <-m.ctlIn:
+			err := msg.err
+			if err == nil {
+				err = fmt.Errorf("unexpected message %s before the commit", msg.raw)
+			}
+			cancel(fmt.Errorf("orchestrator: the destination's control connection: %w", err))
+		case <-done:
+		}
+	}()
+	return wctx, func() bool {
+		close(done)
+		<-exited
+		live := wctx.Err() == nil
+		cancel(nil)
+		return live
+	}
+}
+
+// await waits for the destination's next message and decodes it into v.
+func (m *outgoing) await(v any, timeout time.Duration) error {
+	select {
+	case msg := <-m.ctlIn:
+		if msg.err != nil {
+			return msg.err
+		}
+		if err := json.Unmarshal(msg.raw, v); err != nil {
+			return fmt.Errorf("orchestrator: malformed %T: %w", v, err)
+		}
+		return nil
+	case <-time.After(timeout):
+		return fmt.Errorf("orchestrator: no %T from the destination within %v", v, timeout)
+	}
 }
 
 // prepare opens the control connection and asks the destination for a
@@ -164,6 +236,8 @@ func (m *outgoing) prepare(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("orchestrator: the destination refused: %s", r.Error)
 	}
 	m.instance = r.Instance
+	m.ctlIn = make(chan ctlMsg, 4)
+	go m.readControl()
 	m.log.Info().Str("incoming", r.Incoming).Msg("destination ready")
 	return r.Incoming, nil
 }
@@ -219,7 +293,11 @@ func (m *outgoing) stop(ctx context.Context) error {
 // the destination running the VM, the source runs on.
 func (m *outgoing) commit(ctx context.Context) (DestTimes, error) {
 	var c committed
-	err := exchange(m.ctl, m.Timeouts.Decision, decision{Commit: true}, &c)
+	_ = m.ctl.SetWriteDeadline(time.Now().Add(m.Timeouts.Message))
+	err := writeMsg(m.ctl, decision{Commit: true})
+	if err == nil {
+		err = m.await(&c, m.Timeouts.Decision)
+	}
 	if err == nil {
 		if c.OK {
 			return c.Times, nil
@@ -296,8 +374,7 @@ func (m *outgoing) guestGap() {
 		return
 	}
 	var b beat
-	_ = m.ctl.SetDeadline(time.Now().Add(m.Timeouts.Beat + m.Timeouts.Message))
-	if err := readMsg(m.ctl, &b); err != nil || !b.OK {
+	if err := m.await(&b, m.Timeouts.Beat+m.Timeouts.Message); err != nil || !b.OK {
 		return
 	}
 	m.rep.GuestBeats = true

@@ -78,14 +78,16 @@ func newPair(t *testing.T, ctx context.Context, e env) *pair {
 				d.Stop(10 * time.Second)
 			}
 		}
+		// QEMUs outlive a killed daemon; end any left under this test.
+		_ = exec.Command("pkill", "-KILL", "-f", "qemu-system.*"+regexp.QuoteMeta(p.dir)).Run()
 	})
 	return p
 }
 
-// start (re)starts daemon i in a fresh run directory.
+// start (re)starts daemon i in its run directory.
 func (p *pair) start(ctx context.Context, i int) {
 	p.t.Helper()
-	name := fmt.Sprintf("%c%d", 'a'+i, time.Now().UnixNano()%1e6)
+	name := string(rune('a' + i))
 	d, err := cluster.Start(ctx, p.dir, name, cluster.Options{Binary: p.bin, QEMURoot: string(p.e.root), Pool: "128M", LogLevel: "info"})
 	if err != nil {
 		p.t.Fatal(err)
@@ -329,18 +331,23 @@ func TestMigrateQEMUFailures(t *testing.T) {
 		at = waitStep(ctx, t, conA, at+10)
 		t.Logf("%s: rolled back (%v); the guest goes on at step %d", f.name, err, at)
 		select {
-		case <-b.Done(): // killed
+		case <-b.Done():
+			// Killed: a restart in its run directory ends the QEMU it left
+			// waiting for the migration.
+			p.start(ctx, 1)
+			b = p.d[1]
+			if n := countQEMU(t, b); n != 0 {
+				t.Fatalf("%s: the restarted destination left %d QEMU processes of the migration", f.name, n)
+			}
 		default:
-			// Alive: it discarded what it built for the migration.
-			if vms, _ := b.Client.ListVMs(); len(vms) != 0 {
-				t.Fatalf("%s: the destination kept VMs %+v", f.name, vms)
-			}
-			if gs, _ := b.Client.List(); len(gs) != 0 {
-				t.Fatalf("%s: the destination kept vGPUs %+v", f.name, gs)
-			}
-			b.Stop(10 * time.Second)
 		}
-		p.start(ctx, 1)
+		// Alive: it discarded what it built for the migration.
+		if vms, _ := b.Client.ListVMs(); len(vms) != 0 {
+			t.Fatalf("%s: the destination kept VMs %+v", f.name, vms)
+		}
+		if gs, _ := b.Client.List(); len(gs) != 0 {
+			t.Fatalf("%s: the destination kept vGPUs %+v", f.name, gs)
+		}
 	}
 	b := p.d[1]
 	rep, err := a.Client.Migrate(ctx, "vm", hostd.MigrateRequest{To: b.Addr}, nil)
@@ -356,16 +363,35 @@ func TestMigrateQEMUFailures(t *testing.T) {
 	}
 }
 
+// qemuPIDs lists the QEMU processes daemon d started (their QMP sockets
+// lie in its run directory).
+func qemuPIDs(d *cluster.Daemon) []string {
+	out, _ := exec.Command("pgrep", "-f", "qemu-system.*"+regexp.QuoteMeta(d.RunDir+"/")).Output()
+	return strings.Fields(string(out))
+}
+
+func countQEMU(t *testing.T, d *cluster.Daemon) int {
+	t.Helper()
+	// The kill is asynchronous: give it the time a process takes to die.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n := len(qemuPIDs(d))
+		if n == 0 || time.Now().After(deadline) {
+			return n
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // killQEMU kills the QEMU daemon d started for an incoming migration: the
 // one whose QMP socket lies in d's run directory.
 func killQEMU(t *testing.T, d *cluster.Daemon) {
 	t.Helper()
-	out, err := exec.Command("pgrep", "-f", "qemu-system.*"+regexp.QuoteMeta(d.RunDir)).Output()
-	if err != nil {
-		t.Errorf("finding the destination's QEMU: %v", err)
-		return
+	pids := qemuPIDs(d)
+	if len(pids) == 0 {
+		t.Errorf("no QEMU of %s to kill", d.Name)
 	}
-	for _, f := range strings.Fields(string(out)) {
+	for _, f := range pids {
 		if pid, err := strconv.Atoi(f); err == nil {
 			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
 				t.Errorf("killing QEMU %d: %v", pid, err)

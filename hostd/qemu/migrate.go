@@ -257,6 +257,10 @@ func (in *Incoming) Listen(host string) error {
 	return nil
 }
 
+// PID is the destination QEMU's process (recorded while the migration is
+// pending, so a restarted gmigd can end it).
+func (in *Incoming) PID() int { return in.VM.PID() }
+
 // Incoming is where the source QEMU migrates to.
 func (in *Incoming) Incoming() string { return in.uri }
 

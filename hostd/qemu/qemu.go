@@ -323,10 +323,11 @@ func Start(ctx context.Context, c Config) (*VM, error) {
 		return nil, err
 	}
 	cmd := c.Root.Command(context.Background(), args...)
-	// QEMU dies with the gmigd that started it: its vGPU lives in gmigd,
-	// and a VM left without it must not run on (nor count as a live copy
-	// after a failed migration).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// QEMU outlives a gmigd that dies: the VM runs on (its vGPU's device
+	// model is gone with gmigd). A destination's QEMU waiting for an
+	// incoming migration is paused and never runs the VM without the
+	// commit; a restarted gmigd ends it (hostd, "recovering").
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Stdout, cmd.Stderr = c.Serial, c.Serial
 	if cmd.Stdout == nil {
 		cmd.Stdout, cmd.Stderr = io.Discard, io.Discard

@@ -44,7 +44,8 @@ type Options struct {
 	Extra    []string
 }
 
-// Start runs `gmigd serve` in a new run directory under dir, listening for
+// Start runs `gmigd serve` in run directory dir/name (made if need be: a
+// restart in the same directory recovers what the last one left), listening for
 // migrations on 127.0.0.1 at a port it picks, and waits until its control
 // API answers. Its log goes to RUNDIR/gmigd.log.
 func Start(ctx context.Context, dir, name string, o Options) (*Daemon, error) {
@@ -52,10 +53,13 @@ func Start(ctx context.Context, dir, name string, o Options) (*Daemon, error) {
 	if err := os.MkdirAll(runDir, 0o750); err != nil {
 		return nil, err
 	}
-	logf, err := os.Create(filepath.Join(runDir, "gmigd.log"))
+	logf, err := os.OpenFile(filepath.Join(runDir, "gmigd.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
 	if err != nil {
 		return nil, err
 	}
+	// A restart in the same run directory: the old address is stale.
+	addrFile := filepath.Join(runDir, "migrate.addr")
+	_ = os.Remove(addrFile)
 	args := []string{"serve", "-run-dir", runDir, "-migrate-listen", "127.0.0.1:0",
 		"-pool", cmpOr(o.Pool, "512M"), "-log-level", cmpOr(o.LogLevel, "info")}
 	if o.QEMURoot != "" {
@@ -64,15 +68,15 @@ func Start(ctx context.Context, dir, name string, o Options) (*Daemon, error) {
 	args = append(args, o.Extra...)
 	cmd := exec.Command(o.Binary, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	// The daemon dies with whoever started it (a test, the demo).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// The daemon dies with whoever started it (a test, the demo), which
+	// stops its VMs.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return nil, fmt.Errorf("cluster: starting gmigd %s: %w", name, err)
 	}
 	d := &Daemon{Name: name, RunDir: runDir, cmd: cmd, log: logf, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(d.done) }()
-	addrFile := filepath.Join(runDir, "migrate.addr")
 	if err := waitFor(ctx, d.done, func() bool {
 		b, err := os.ReadFile(addrFile)
 		if err != nil || !strings.HasSuffix(string(b), "\n") {
@@ -119,7 +123,8 @@ func waitFor(ctx context.Context, exited <-chan struct{}, ok func() bool) error 
 func (d *Daemon) Done() <-chan struct{} { return d.done }
 
 // Kill ends the daemon at once (SIGKILL): what a crash looks like. Its
-// QEMUs die with it.
+// QEMUs live on (a restarted daemon in the same run directory ends those
+// of migrations it left pending).
 func (d *Daemon) Kill() {
 	_ = d.cmd.Process.Kill()
 	<-d.done
