@@ -13,7 +13,7 @@ BIN        := $(CURDIR)/bin
 GOFLAGS    ?=
 FUZZTIME   ?= 30s
 
-.PHONY: all deps build test vet fmt-check fuzz demo clean provision guest-image
+.PHONY: all deps build test vet fmt-check fuzz demo demo-sim clean provision guest-image
 
 all: build
 
@@ -67,11 +67,15 @@ fuzz: deps
 		done; \
 	done
 
-# demo is the README's main command: one gmigd host with a vGPU, the built-in
-# guest simulator driving it over vfio-user (correctness suite, then a seeded
-# workload), and a report.
-demo: build
-	$(BIN)/gmigd demo
+# demo is the README's main command: two gmigd daemons and a Linux VM under
+# QEMU 11.1 using its vGPU, a live migration between them in the middle of
+# the guest's workload, and the downtime report (provisioning QEMU and the
+# guest first). `make demo-sim` runs the in-process simulator instead.
+demo: build guest-image
+	GMIG_CACHE=$(CACHE) $(BIN)/gmigd demo
+
+demo-sim: build
+	$(BIN)/gmigd demo -sim
 
 clean:
 	rm -rf $(BIN)

@@ -40,11 +40,12 @@
 // (the compacted log's kernel, fence and interrupt entries, apilog.Encode)
 // is their only carrier, and the destination replays it into the state
 // before restoring it. The source checks, before sending, that the log
-// describes the device exactly, and fails the migration if not. FrontEnd
-// holds the log's config writes (apilog.Encode) for the destination's
-// caller to replay into its QEMU (Receive's fe); they are also recorded in
-// the destination vGPU's API log, which thereby holds everything needed to
-// migrate it again.
+// describes the device exactly, and fails the migration if not (which
+// part goes where is the vGPU's decision: vgpu.SaveMigrated, ApplyLog,
+// RestoreMigrated). FrontEnd holds the log's config writes
+// (apilog.Encode); Receive records them in the destination vGPU's API log
+// (v.ConfigWrites), which thereby holds everything needed to migrate it
+// again, and the orchestrator replays them into the destination QEMU.
 //
 // The verdict is sent once: after End on success (with the destination's
 // restore and replay times), or as soon as the destination fails. The
@@ -58,10 +59,11 @@
 //
 // # Migration driven by the VMM
 //
-// Native is a vGPU that migrates through vfio-user itself (DEVICE_FEATURE
-// migration state, MIG_DATA_READ/WRITE): the same stream, made by a Source
-// on the VFIO migration v2 state machine's arcs and read by ReceiveInto
-// into the destination device, which the VMM created beforehand.
+// Package precopy/native makes a vGPU that migrates through vfio-user
+// itself (DEVICE_FEATURE migration state, MIG_DATA_READ/WRITE): the same
+// stream, made by a Source on the VFIO migration v2 state machine's arcs
+// and read by Receive into the destination device, which the VMM created
+// beforehand.
 //
 // # Roll-back
 //
@@ -69,11 +71,11 @@
 // connection dropped, a corrupt stream refused, a ctx cancelled, a
 // destination that cannot restore — leaves the source to Rollback, which
 // stops tracking, resumes the vGPU if Stop quiesced it and half-closes the
-// connection; the destination closes its vGPU (freeing the partition)
-// before Receive returns the error. The verdict is the destination's
-// promise, not the commit: the orchestrator (QEMU's switchover) decides,
-// and Rollback after a successful Stop is allowed for when it fails later;
-// the destination's owner then closes the received vGPU.
+// connection; Receive leaves the destination vGPU quiesced and returns the
+// error, and its owner discards it. The verdict is the destination's
+// promise, not the commit: the orchestrator (after QEMU's switchover)
+// decides, and Rollback after a successful Stop is allowed for when it
+// fails later; the destination's owner then discards the received vGPU.
 //
 // # Concurrency
 //

@@ -65,8 +65,8 @@ type Options struct {
 	Hasher dirty.PageHasher
 	// NoVerdict is the verdict-less mode (docs/migration-stream.md §10):
 	// the Source never reads its connection and Stop completes once End is
-	// written; ReceiveInto sends no verdict. For a one-way transport such
-	// as vfio-user's migration data (Native), where the VMM carries the
+	// written; Receive sends no verdict. For a one-way transport such as
+	// vfio-user's migration data (package native), where the VMM carries the
 	// outcome.
 	NoVerdict bool
 	Log       zerolog.Logger

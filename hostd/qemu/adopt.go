@@ -70,6 +70,7 @@ func AdoptedSpec(argv []string, deviceID string) (Spec, error) {
 	var keep []string
 	sawDevice := false
 	args := argv[1:]
+	monitors := monitorChardevs(args)
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		opt := strings.TrimPrefix(a, "-")
@@ -78,9 +79,14 @@ func AdoptedSpec(argv []string, deviceID string) (Spec, error) {
 		switch opt {
 		case "S", "daemonize":
 			continue
-		case "incoming", "pidfile", "qmp", "qmp-pretty", "monitor":
+		case "incoming", "pidfile", "qmp", "qmp-pretty", "monitor", "mon":
 			i++
 			continue
+		case "chardev":
+			if takesValue && monitors[optionID(args[i+1])] {
+				i++
+				continue
+			}
 		case "device":
 			if takesValue && isVGPUDevice(args[i+1], deviceID) {
 				sawDevice = true
@@ -89,6 +95,11 @@ func AdoptedSpec(argv []string, deviceID string) (Spec, error) {
 			}
 		}
 		keep = append(keep, a)
+	}
+	for i := 0; i < len(keep); i++ {
+		if o := strings.TrimLeft(keep[i], "-"); o == "add-fd" || (i+1 < len(keep) && strings.Contains(","+keep[i+1], ",fd=")) {
+			return Spec{}, fmt.Errorf("%w: %q passes a file descriptor, which a migration's destination cannot be given", ErrAdopt, keep[i]+" "+keep[min(i+1, len(keep)-1)])
+		}
 	}
 	if !sawDevice {
 		return Spec{}, fmt.Errorf("%w: no vfio-user-pci device with id %q on its command line", ErrAdopt, deviceID)
@@ -105,6 +116,32 @@ func AdoptedSpec(argv []string, deviceID string) (Spec, error) {
 	return Spec{Argv: keep}, nil
 }
 
+// monitorChardevs returns the ids of the chardevs that -mon options use:
+// the VM's monitors, each host's own.
+func monitorChardevs(args []string) map[string]bool {
+	ids := map[string]bool{}
+	for i := 0; i+1 < len(args); i++ {
+		if strings.TrimLeft(args[i], "-") == "mon" {
+			for _, kv := range strings.Split(args[i+1], ",") {
+				if c, ok := strings.CutPrefix(kv, "chardev="); ok {
+					ids[c] = true
+				}
+			}
+		}
+	}
+	return ids
+}
+
+// optionID returns the id= of a key=value option value.
+func optionID(v string) string {
+	for _, kv := range strings.Split(v, ",") {
+		if id, ok := strings.CutPrefix(kv, "id="); ok {
+			return id
+		}
+	}
+	return ""
+}
+
 // isVGPUDevice reports whether a -device value is the vfio-user-pci device
 // with id (JSON or key=value form).
 func isVGPUDevice(v, id string) bool {
@@ -119,7 +156,7 @@ func isVGPUDevice(v, id string) bool {
 // memfd backend.
 func hasSharedMemfd(args []string) bool {
 	for _, a := range args {
-		if strings.Contains(a, "memory-backend-memfd") && strings.Contains(a, "share=on") {
+		if isSharedMemfd(a) {
 			return true
 		}
 	}

@@ -275,14 +275,46 @@ func (s Spec) args() ([]string, error) {
 // gmigd reads zeros (notes/qemu-vfio-user.md).
 func checkMemoryArgs(extra []string) error {
 	for _, a := range extra {
-		if strings.Contains(a, "memory-backend") && !(strings.Contains(a, "memory-backend-memfd") && strings.Contains(a, "share=on")) {
-			return fmt.Errorf("%w: refusing %q", ErrSharedMemory, a)
-		}
-		if strings.Contains(a, "share=off") {
+		if isMemoryBackend(a) && !isSharedMemfd(a) {
 			return fmt.Errorf("%w: refusing %q", ErrSharedMemory, a)
 		}
 	}
 	return nil
+}
+
+// isMemoryBackend reports whether an -object value (key=value or JSON
+// form) is a memory backend.
+func isMemoryBackend(v string) bool {
+	v = strings.TrimSpace(v)
+	if strings.HasPrefix(v, "{") {
+		var o struct {
+			Type string `json:"qom-type"`
+		}
+		return json.Unmarshal([]byte(v), &o) == nil && strings.HasPrefix(o.Type, "memory-backend-")
+	}
+	return strings.HasPrefix(v, "memory-backend-")
+}
+
+// isSharedMemfd reports whether an -object value is a memfd memory backend
+// with share on: "memory-backend-memfd,...,share=on" or the JSON form
+// libvirt writes, {"qom-type":"memory-backend-memfd",...,"share":true}.
+func isSharedMemfd(v string) bool {
+	if !strings.Contains(v, "memory-backend-memfd") {
+		return false
+	}
+	if strings.HasPrefix(strings.TrimSpace(v), "{") {
+		var o struct {
+			Type  string `json:"qom-type"`
+			Share bool   `json:"share"`
+		}
+		return json.Unmarshal([]byte(v), &o) == nil && o.Type == "memory-backend-memfd" && o.Share
+	}
+	for _, kv := range strings.Split(v, ",") {
+		if kv == "share=on" || kv == "share=true" || kv == "share=yes" {
+			return true
+		}
+	}
+	return false
 }
 
 // VM is a running QEMU: one this package started (Start) or one started by

@@ -47,3 +47,77 @@ func TestRootCheck(t *testing.T) {
 		t.Fatalf("empty root: %v", err)
 	}
 }
+
+func TestChipsetOf(t *testing.T) {
+	for m, want := range map[string]Chipset{"": PIIX3, "pc": PIIX3, "pc-i440fx-11.1": PIIX3, "q35": ICH9, "pc-q35-9.2": ICH9} {
+		if got, err := ChipsetOf(m); err != nil || got != want {
+			t.Errorf("ChipsetOf(%q) = %v, %v; want %v", m, got, err, want)
+		}
+	}
+	for _, m := range []string{"microvm", "isapc", "x-remote", "q35x"} {
+		if _, err := ChipsetOf(m); !errors.Is(err, ErrMachine) {
+			t.Errorf("ChipsetOf(%q) = %v, want ErrMachine", m, err)
+		}
+	}
+	if _, err := (Spec{Machine: "microvm"}).Resolve(); !errors.Is(err, ErrMachine) {
+		t.Errorf("Resolve of a microvm: %v, want ErrMachine", err)
+	}
+}
+
+func TestSharedMemfd(t *testing.T) {
+	for v, want := range map[string]bool{
+		"memory-backend-memfd,id=mem,size=2G,share=on":                                     true,
+		"memory-backend-memfd,id=mem,size=2G":                                              false,
+		"memory-backend-memfd,id=mem,size=2G,share=off":                                    false,
+		`{"qom-type":"memory-backend-memfd","id":"pc.ram","share":true,"size":2147483648}`: true,
+		`{"qom-type":"memory-backend-memfd","id":"pc.ram","share":false}`:                  false,
+		`{"qom-type":"memory-backend-file","id":"pc.ram","share":true}`:                    false,
+		"memory-backend-ram,id=mem,size=1G":                                                false,
+	} {
+		if got := isSharedMemfd(v); got != want {
+			t.Errorf("isSharedMemfd(%q) = %v", v, got)
+		}
+	}
+}
+
+// TestAdoptedSpec: an adopted QEMU's command line loses what each host
+// sets (monitors and their chardevs, the vGPU device, -incoming, -S,
+// -daemonize, -pidfile) and keeps the rest; unsafe ones are refused.
+func TestAdoptedSpec(t *testing.T) {
+	dev := `{"driver":"vfio-user-pci","id":"gpu0","socket":{"path":"/run/gmig/gpu0.sock","type":"unix"}}`
+	mem := `{"qom-type":"memory-backend-memfd","id":"pc.ram","share":true,"size":2147483648}`
+	argv := []string{"/usr/bin/qemu-system-x86_64", "-name", "guest=vm1", "-S",
+		"-object", mem, "-machine", "pc-q35-9.2,usb=off,memory-backend=pc.ram",
+		"-chardev", "socket,id=charmonitor,path=/var/lib/libvirt/qemu/vm1/monitor.sock,server=on,wait=off",
+		"-mon", "chardev=charmonitor,id=monitor,mode=control",
+		"-qmp", "unix:/run/gmig/vm1.qmp,server=on,wait=off",
+		"-chardev", "pty,id=charserial0", "-device", "isa-serial,chardev=charserial0,id=serial0",
+		"-device", dev, "-daemonize", "-pidfile", "/run/vm1.pid", "-incoming", "defer"}
+	spec, err := AdoptedSpec(argv, "gpu0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(spec.Argv, " ")
+	want := "-name guest=vm1 -object " + mem + " -machine pc-q35-9.2,usb=off,memory-backend=pc.ram -chardev pty,id=charserial0 -device isa-serial,chardev=charserial0,id=serial0"
+	if got != want {
+		t.Fatalf("argv\n got %s\nwant %s", got, want)
+	}
+	if c, _ := ChipsetOf(machineOfArgv(spec.Argv)); c != ICH9 {
+		t.Fatalf("machine of the adopted VM: %q", machineOfArgv(spec.Argv))
+	}
+	bad := map[string][]string{
+		"no vGPU":       {"qemu", "-object", mem, "-machine", "q35,memory-backend=pc.ram"},
+		"private RAM":   {"qemu", "-object", "memory-backend-ram,id=m,size=1G", "-machine", "q35", "-device", dev},
+		"default RAM":   {"qemu", "-m", "1G", "-machine", "q35", "-device", dev},
+		"microvm":       {"qemu", "-object", mem, "-machine", "microvm", "-device", dev},
+		"tap fd":        {"qemu", "-object", mem, "-machine", "q35", "-device", dev, "-netdev", "tap,id=n0,fd=23"},
+		"add-fd":        {"qemu", "-object", mem, "-machine", "q35", "-device", dev, "-add-fd", "fd=3,set=1"},
+		"empty":         {"qemu"},
+		"other vGPU id": {"qemu", "-object", mem, "-machine", "q35", "-device", strings.Replace(dev, "gpu0", "gpu1", 1)},
+	}
+	for name, a := range bad {
+		if _, err := AdoptedSpec(a, "gpu0"); !errors.Is(err, ErrAdopt) {
+			t.Errorf("%s: %v, want ErrAdopt", name, err)
+		}
+	}
+}
