@@ -12,7 +12,13 @@
 //   - ref.go: plain Go reference computations for commands and kernels.
 //   - suite*.go: a correctness suite checking the device against ref.go.
 //   - workload*.go: a seeded, reproducible workload with its own reference
-//     model and a digest of the graphics memory it uses.
+//     model and a digest of the graphics memory it uses: the mix of every
+//     operation, or a profile (workload_profile.go: idle, render loop,
+//     stencil, memory churn, inference, guest-CPU writers) that writes a
+//     set number of pages per second of guest time and counts what it
+//     achieved (Workload.Stats).
+//   - prefill.go: seeded resident data (textures, weights) over a fraction
+//     of graphics memory, the same from the host or through the aperture.
 //
 // A Driver is not safe for concurrent use: one goroutine owns it, as one
 // guest thread would own the device. Separate Drivers (separate vGPUs) are

@@ -7,13 +7,34 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"sync/atomic"
+	"time"
 
 	"github.com/gmig-dev/gmig/abi"
 )
 
 // WorkloadConfig shapes a Workload. Zero fields take the defaults below.
+// ParseWorkload reads one from a spec such as "render,rate=200,fill=0.75"
+// (workload_profile.go), the form the in-guest program takes.
 type WorkloadConfig struct {
-	MemSize    uint64 // graphics memory the workload uses (default 2 MiB)
+	// Profile is what the workload does: the seeded mix (ProfileMixed,
+	// the default) or one of the shapes of workload_profile.go.
+	Profile Profile
+	// Rate is a profile's dirty rate: graphics pages written per second of
+	// guest time, in MiB/s (256 pages each); 0 is the profile's default.
+	// The mix ignores it.
+	Rate float64
+	// FPS is steps per second of guest time: each step waits out the rest
+	// of its period after its fence (0: the profile's default, 60; the mix
+	// runs unpaced; negative: unpaced).
+	FPS float64
+	// Fill is the fraction of the vGPU's pages given seeded data before
+	// the workload's first step (a guest's textures and weights), stored
+	// by the CPU through the aperture, skipping every page the driver has
+	// allocated; 0: none. Pages outside the region are not in the digest.
+	Fill float64
+
+	MemSize    uint64 // graphics memory the workload uses (default 2 MiB; profiles: workload_profile.go)
 	OpsPerStep int    // at most this many operations per step (default 8)
 	SaxpyN     int    // SAXPY array length in floats (default 3000)
 	GridW      uint32 // STENCIL grid width (default 67)
@@ -42,7 +63,8 @@ func (c WorkloadConfig) withDefaults() WorkloadConfig {
 			*v = d
 		}
 	}
-	if c.MemSize == 0 {
+	c = c.profileDefaults()
+	if c.MemSize == 0 && c.Profile == ProfileMixed {
 		c.MemSize = 2 << 20
 	}
 	c.MemSize = pageRoundUp(c.MemSize)
@@ -60,8 +82,11 @@ func (c WorkloadConfig) withDefaults() WorkloadConfig {
 // config: the same operations and the same final graphics memory.
 type Workload struct {
 	cfg    WorkloadConfig
-	plan   planner
+	seed   int64
+	l      layout
+	plan   stepPlanner
 	gateFn func(ctx context.Context) error
+	period time.Duration // FPS's step period; 0: unpaced
 
 	base  uint64 // graphics address of the region (allocated on first step)
 	fence uint64 // graphics address of the workload's WRITE_MEM fence slot
@@ -73,6 +98,65 @@ type Workload struct {
 	submitted    bool // device commands submitted since the last wait
 	pendingReads []pendingRead
 	stageUsed    uint64
+
+	gated time.Duration // this step's time blocked in the gate
+	stats workloadCounters
+}
+
+// stepPlanner plans a workload's steps: the mix (workload_plan.go) or a
+// profile (workload_profile.go). Its state is everything the next step
+// depends on, so equal seeds give equal traces.
+type stepPlanner interface {
+	next() []Op
+}
+
+// workloadCounters are a Workload's running totals, read from any
+// goroutine (Stats).
+type workloadCounters struct {
+	steps  atomic.Uint64 // steps completed after the first
+	pages  atomic.Uint64 // pages written by those steps
+	active atomic.Int64  // their guest time in ns: in Step, not blocked in the gate
+}
+
+// WorkloadStats is what a Workload has done after its first step (the
+// first sets up the region and is not counted).
+type WorkloadStats struct {
+	Steps uint64 // steps completed
+	// PagesWritten counts graphics pages written by those steps: every
+	// page an operation stores into, once per operation (a page written
+	// twice counts twice), the closing fence's slot not included.
+	PagesWritten uint64
+	// Active is their guest time: from each step's start to the end of
+	// its period (or its fence, if later), less time blocked in the gate
+	// (a simulator's pause or hold).
+	Active time.Duration
+}
+
+// Rate is the achieved dirty rate: pages written per second of Active
+// time, in MiB/s.
+func (s WorkloadStats) Rate() float64 {
+	if s.Active <= 0 {
+		return 0
+	}
+	return float64(s.PagesWritten) * abi.PageSize / (1 << 20) / s.Active.Seconds()
+}
+
+// StepsPerSec is steps completed per second of Active time.
+func (s WorkloadStats) StepsPerSec() float64 {
+	if s.Active <= 0 {
+		return 0
+	}
+	return float64(s.Steps) / s.Active.Seconds()
+}
+
+// Stats returns the counters; it may be called from any goroutine while
+// the workload runs.
+func (w *Workload) Stats() WorkloadStats {
+	return WorkloadStats{
+		Steps:        w.stats.steps.Load(),
+		PagesWritten: w.stats.pages.Load(),
+		Active:       time.Duration(w.stats.active.Load()),
+	}
 }
 
 // pendingRead is a DMA_FROM_GFX whose result is checked after the fence.
@@ -85,17 +169,23 @@ type pendingRead struct {
 // NewWorkload returns a workload for seed and cfg.
 func NewWorkload(seed int64, cfg WorkloadConfig) (*Workload, error) {
 	cfg = cfg.withDefaults()
-	l, err := newLayout(cfg)
+	l, err := cfg.layout()
 	if err != nil {
 		return nil, err
 	}
+	cfg.MemSize = l.size
 	if uint64(cfg.OpsPerStep)*(16<<10) > DefaultStagingSize {
 		return nil, fmt.Errorf("guest: %d operations per step may overrun the DMA staging buffer", cfg.OpsPerStep)
 	}
-	w := &Workload{cfg: cfg}
-	w.plan = planner{
-		rng: rand.New(rand.NewPCG(uint64(seed), 0x776f726b)), // "work"
-		l:   l, cfg: cfg, loaded: map[uint32][]uint32{}, nextHandle: 0x100,
+	w := &Workload{cfg: cfg, seed: seed, l: l}
+	rng := rand.New(rand.NewPCG(uint64(seed), 0x776f726b)) // "work"
+	if cfg.Profile == ProfileMixed {
+		w.plan = &planner{rng: rng, l: l, cfg: cfg, loaded: map[uint32][]uint32{}, nextHandle: 0x100}
+	} else {
+		w.plan = newProfilePlanner(rng, l, cfg)
+	}
+	if cfg.FPS > 0 {
+		w.period = time.Duration(float64(time.Second) / cfg.FPS)
 	}
 	if cfg.Check {
 		w.model = make([]byte, cfg.MemSize)
@@ -138,7 +228,10 @@ func (w *Workload) gate(ctx context.Context) error {
 	if w.gateFn == nil {
 		return nil
 	}
-	return w.gateFn(ctx)
+	t := time.Now()
+	err := w.gateFn(ctx)
+	w.gated += time.Since(t)
+	return err
 }
 
 // Run runs steps steps.
@@ -151,19 +244,27 @@ func (w *Workload) Run(ctx context.Context, d *Driver, steps int) error {
 	return nil
 }
 
-// Step plans and runs one step, ending at a fence; with Check it then
-// verifies the DMA reads and graphics memory against the model.
+// Step plans and runs one step, ending at a fence and, when paced, at the
+// end of its period; with Check it then verifies the DMA reads and
+// graphics memory against the model.
 func (w *Workload) Step(ctx context.Context, d *Driver) error {
+	start := time.Now()
+	w.gated = 0
 	if w.fence == 0 {
 		if err := w.place(d); err != nil {
 			return err
 		}
 	}
+	first := w.steps == 0
 	ops := w.Next()
+	if first && w.cfg.Fill > 0 {
+		ops = append([]Op{{Kind: OpPrefill, Seed: uint64(w.seed)}}, ops...)
+	}
 	w.pendingReads, w.stageUsed, w.submitted = w.pendingReads[:0], 0, false
 	if w.prev != nil {
 		copy(w.prev, w.model)
 	}
+	var pages uint64
 	for _, op := range ops {
 		if err := w.gate(ctx); err != nil {
 			return err
@@ -172,6 +273,7 @@ func (w *Workload) Step(ctx context.Context, d *Driver) error {
 			return fmt.Errorf("guest: workload step %d: %s: %w", w.steps, op, err)
 		}
 		w.ops[op.Kind]++
+		pages += w.pagesWritten(op)
 	}
 	if err := w.gate(ctx); err != nil {
 		return err
@@ -182,9 +284,38 @@ func (w *Workload) Step(ctx context.Context, d *Driver) error {
 	}
 	w.steps++
 	if w.cfg.Check {
-		return w.verify(ctx, d, v)
+		if err := w.verify(ctx, d, v); err != nil {
+			return err
+		}
 	}
+	if first {
+		return nil
+	}
+	if w.period > 0 {
+		if err := sleepUntil(ctx, start.Add(w.gated+w.period)); err != nil {
+			return err
+		}
+	}
+	w.stats.pages.Add(pages)
+	w.stats.active.Add(int64(time.Since(start) - w.gated))
+	w.stats.steps.Add(1)
 	return nil
+}
+
+// sleepUntil waits until t or ctx's end.
+func sleepUntil(ctx context.Context, t time.Time) error {
+	d := time.Until(t)
+	if d <= 0 {
+		return nil
+	}
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func (w *Workload) place(d *Driver) error {

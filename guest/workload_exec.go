@@ -10,7 +10,7 @@ import (
 
 // exec runs one op on the device (and, with Check, on the model).
 func (w *Workload) exec(ctx context.Context, d *Driver, op Op) error {
-	m, l := w.model, w.plan.l
+	m, l := w.model, w.l
 	if op.Kind != OpCPUWrite && op.Kind != OpCPUFloats {
 		w.submitted = true
 	}
@@ -69,6 +69,22 @@ func (w *Workload) exec(ctx context.Context, d *Driver, op Op) error {
 			copy(m[op.Dst:], buf)
 		}
 		return d.WriteGA(ga(op.Dst), buf)
+	case OpCPUScatter:
+		if w.submitted {
+			if err := d.Sync(ctx); err != nil {
+				return err
+			}
+			w.submitted = false
+		}
+		return scatter(op, func(off uint64, b []byte) error {
+			if m != nil {
+				copy(m[off:], b)
+			}
+			return d.WriteGA(ga(off), b)
+		})
+	case OpPrefill:
+		Prefill(d.bus.Aperture(), w.cfg.Fill, int64(op.Seed), d.allocatedAperture())
+		return nil
 	case OpLoad:
 		return d.LoadKernel(op.Handle, op.Word)
 	case OpUnload:

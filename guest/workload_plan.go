@@ -12,23 +12,25 @@ type OpKind uint8
 
 // Workload operations.
 const (
-	OpFill      OpKind = iota // device FILL in the byte zone
-	OpCopy                    // device COPY into the byte zone (from anywhere)
-	OpDMATo                   // DMA_TO_GFX of seeded bytes into the byte zone
-	OpDMAFrom                 // DMA_FROM_GFX of any range, checked against the model
-	OpSaxpy                   // SAXPY over the x and y arrays
-	OpStencil                 // STENCIL iterations between the two grids
-	OpRender                  // RENDER of the next frame into the framebuffer
-	OpLoad                    // KERNEL_LOAD
-	OpUnload                  // KERNEL_UNLOAD
-	OpCPUWrite                // CPU stores of seeded bytes straight into the aperture
-	OpCPUFloats               // CPU stores of seeded finite floats over a float array
-	OpInit                    // device FILL of the whole region with zeros
+	OpFill       OpKind = iota // device FILL in the byte zone
+	OpCopy                     // device COPY into the byte zone (from anywhere)
+	OpDMATo                    // DMA_TO_GFX of seeded bytes into the byte zone
+	OpDMAFrom                  // DMA_FROM_GFX of any range, checked against the model
+	OpSaxpy                    // SAXPY over the x and y arrays
+	OpStencil                  // STENCIL iterations between the two grids
+	OpRender                   // RENDER of the next frame into the framebuffer
+	OpLoad                     // KERNEL_LOAD
+	OpUnload                   // KERNEL_UNLOAD
+	OpCPUWrite                 // CPU stores of seeded bytes straight into the aperture
+	OpCPUFloats                // CPU stores of seeded finite floats over a float array
+	OpInit                     // device FILL of the whole region with zeros
+	OpCPUScatter               // CPU stores of Len seeded bytes into each of Word pages of [Dst, Dst+Src), picked by Seed
+	OpPrefill                  // CPU stores of seeded pages over a fraction WorkloadConfig.Fill of the aperture (prefill.go)
 	numOpKinds
 )
 
 var opNames = [numOpKinds]string{"fill", "copy", "dma-to", "dma-from", "saxpy", "stencil", "render",
-	"load", "unload", "cpu-write", "cpu-floats", "init"}
+	"load", "unload", "cpu-write", "cpu-floats", "init", "cpu-scatter", "prefill"}
 
 func (k OpKind) String() string {
 	if k < numOpKinds {
@@ -66,6 +68,7 @@ type layout struct {
 	gridW, gridH   uint32
 	fbW, fbH       uint32
 	gridLen, fbLen uint64
+	kv, kvLen      uint64 // inference profile: the appended state's ring
 }
 
 func newLayout(cfg WorkloadConfig) (layout, error) {

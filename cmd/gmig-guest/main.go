@@ -40,6 +40,7 @@ type options struct {
 	irq       bool
 	measure   int
 	modules   string
+	workload  string
 }
 
 func parseFlags(args []string) (options, error) {
@@ -54,6 +55,7 @@ func parseFlags(args []string) (options, error) {
 	fs.BoolVar(&o.irq, "irq", true, "also run with interrupts (binds uio_pci_generic)")
 	fs.IntVar(&o.measure, "measure", 2000, "iterations of each latency measurement (0: skip)")
 	fs.StringVar(&o.modules, "modules", "/lib/modules/gmig", "directory of kernel modules to load first (uio, uio_pci_generic)")
+	fs.StringVar(&o.workload, "workload", "", "workload profile and settings, e.g. render,rate=200,fill=0.75 (guest.ParseWorkload; default: the seeded mix)")
 	return o, fs.Parse(args)
 }
 

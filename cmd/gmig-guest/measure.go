@@ -80,7 +80,13 @@ func workload(ctx context.Context, bus guest.Bus, o options) bool {
 		report("workload: opening the device: %v", err)
 		return false
 	}
-	w, err := guest.NewWorkload(o.seed, guest.WorkloadConfig{Check: o.check, CheckTouched: o.check})
+	cfg, err := guest.ParseWorkload(o.workload)
+	if err != nil {
+		report("workload: %v", err)
+		return false
+	}
+	cfg.Check, cfg.CheckTouched = o.check, o.check
+	w, err := guest.NewWorkload(o.seed, cfg)
 	if err != nil {
 		report("workload: %v", err)
 		return false
