@@ -39,3 +39,30 @@ func MeasureHashRate(mem []byte, workers int) (bytesPerSec float64) {
 	}
 	return bytes / time.Since(start).Seconds()
 }
+
+// MeasureScanRate is MeasureHashRate on the path ScanFrozen takes: pages
+// hashed where they are, without the copy, on workers goroutines. It is
+// the rate the final scan of a stop phase can reach on this machine.
+func MeasureScanRate(mem []byte, workers int) (bytesPerSec float64) {
+	pages := len(mem) / PageSize
+	if pages == 0 {
+		return 0
+	}
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	t := &Tracker{mem: mem, pages: pages, workers: workers}
+	t.bufs.New = func() any { return new([PageSize]byte) }
+	sink := make([]uint64, t.workers*8)
+	start := time.Now()
+	var bytes float64
+	for bytes == 0 || time.Since(start) < measureMin {
+		_ = t.forChunks(context.Background(), pages, scanChunk, t.workers, func(w, lo, hi int, _ []byte) {
+			for p := lo; p < hi; p++ {
+				sink[w*8] += HashPage(t.page(p))
+			}
+		})
+		bytes += float64(pages * PageSize)
+	}
+	return bytes / time.Since(start).Seconds()
+}

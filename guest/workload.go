@@ -28,6 +28,9 @@ type WorkloadConfig struct {
 	// of its period after its fence (0: the profile's default, 60; the mix
 	// runs unpaced; negative: unpaced).
 	FPS float64
+	// Unpaced runs the steps back to back whatever FPS says; FPS still
+	// sizes a profile's steps (a reference run of a paced workload).
+	Unpaced bool
 	// Fill is the fraction of the vGPU's pages given seeded data before
 	// the workload's first step (a guest's textures and weights), stored
 	// by the CPU through the aperture, skipping every page the driver has
@@ -184,7 +187,7 @@ func NewWorkload(seed int64, cfg WorkloadConfig) (*Workload, error) {
 	} else {
 		w.plan = newProfilePlanner(rng, l, cfg)
 	}
-	if cfg.FPS > 0 {
+	if cfg.FPS > 0 && !cfg.Unpaced {
 		w.period = time.Duration(float64(time.Second) / cfg.FPS)
 	}
 	if cfg.Check {

@@ -69,7 +69,11 @@ type Options struct {
 	// vfio-user's migration data (package native), where the VMM carries the
 	// outcome.
 	NoVerdict bool
-	Log       zerolog.Logger
+	// SerialStop makes the stop phase scan all of memory before sending
+	// any page, as it did before the pipelined stop phase (stop.go): for
+	// before/after comparisons.
+	SerialStop bool
+	Log        zerolog.Logger
 }
 
 // WithDefaults returns o with its zero fields set to the defaults, or an

@@ -2,63 +2,116 @@ package main
 
 import (
 	"context"
-	"encoding/hex"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"math/rand/v2"
+	"math"
 	"os"
 	"os/signal"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/rs/zerolog"
 
-	"github.com/gmig-dev/gmig/dirty"
 	"github.com/gmig-dev/gmig/guest"
-	"github.com/gmig-dev/gmig/hostd"
-	"github.com/gmig-dev/gmig/internal/sim"
-	"github.com/gmig-dev/gmig/internal/vgpu"
-	"github.com/gmig-dev/gmig/orchestrator"
 	"github.com/gmig-dev/gmig/precopy"
 )
 
-// benchConfig is what gmigd bench runs: every strategy on the same seeded
-// workload, paused at the same operation.
+// benchConfig is what gmigd bench runs: a matrix of cases (a workload
+// profile on a vGPU of some size, at some dirty rate), each migrated with
+// every strategy from the same seed to the same pause point, in process
+// (two gmigd hosts, the simulated guest) and optionally with real VMs (two
+// gmigd daemons, QEMU, the Linux guest). docs/benchmarks.md explains the
+// output.
 type benchConfig struct {
-	mem, wmem  uint64
-	fill       float64
-	steps      int
-	seed       int64
-	strategies []precopy.Strategy
-	runs       int
-	bgRate     int
-	workers    int
-	log        zerolog.Logger
-	out        io.Writer
+	profiles    []guest.WorkloadConfig // compared at mem
+	mem         uint64
+	mems        []uint64 // memory sweep of memProfile
+	memProfile  guest.WorkloadConfig
+	rates       []float64 // dirty-rate sweep of rateProfile at mem
+	rateProfile guest.WorkloadConfig
+	fill        float64
+	fps         float64
+	wmem        uint64 // the mix's region (0: its default)
+
+	steps         int // the mix (unpaced): steps in all; pre-copy from a quarter, the pause at half
+	warmup, hold  time.Duration
+	seed          int64
+	strategies    []precopy.Strategy
+	compareSerial bool // also oneshot with the serial stop phase (before/after)
+	runs          int
+	bgRate        int
+	workers       int
+
+	overhead        time.Duration // tracking overhead measurement (0: none)
+	overheadProfile guest.WorkloadConfig
+	overheadMem     uint64
+	overheadBgRate  int
+
+	qemu    bool
+	qemuCfg qemuBenchConfig
+
+	outDir string
+	log    zerolog.Logger
+	out    io.Writer // the tables
+	status io.Writer // progress
 }
 
-// cmdBench compares the migration strategies on one seeded workload: for
-// each, a fresh pair of hosts (pools) and vGPUs, the workload running on
-// the built-in simulator, pre-copy while it runs, the stop at the same
-// operation, migration over loopback TCP, and the workload finishing on
-// the destination with the digest of a run that was never migrated.
+// benchCase is one workload on one vGPU size: every strategy migrates it.
+type benchCase struct {
+	Mode     string               `json:"mode"`  // "inproc" or "qemu"
+	Sweep    string               `json:"sweep"` // "profiles", "memory" or "rate"
+	Workload string               `json:"workload"`
+	Mem      uint64               `json:"mem_bytes"`
+	cfg      guest.WorkloadConfig // Workload, parsed
+}
+
+func (c benchCase) String() string {
+	return fmt.Sprintf("%s %s on %s", c.Mode, c.Workload, sizeString(c.Mem))
+}
+
+func sizeString(n uint64) string {
+	if n >= 1<<30 && n%(1<<30) == 0 {
+		return fmt.Sprintf("%d GiB", n>>30)
+	}
+	return fmt.Sprintf("%d MiB", n>>20)
+}
+
 func cmdBench(args []string) error {
-	c := benchConfig{out: os.Stdout}
+	c := benchConfig{out: os.Stdout, status: os.Stderr}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	mem, wmem := byteSize(64<<20), byteSize(0)
-	fs.Var(&mem, "mem", "the vGPU's graphics memory")
-	fs.Var(&wmem, "workload-mem", "graphics memory the workload uses (default half of -mem)")
-	fs.Float64Var(&c.fill, "fill", 0.75, "fraction of graphics pages holding seeded data before the guest starts (textures, buffers)")
-	fs.IntVar(&c.steps, "steps", 1000, "workload steps: pre-copy starts at a quarter, the VM stops in the middle")
-	fs.Int64Var(&c.seed, "seed", 1, "workload seed (also picks the operation the VM stops at)")
+	mem := byteSize(1 << 30)
+	fs.Var(&mem, "mem", "vGPU memory of the profile comparison and the rate sweep")
+	profiles := fs.String("profiles", "render", "workload profiles to compare at -mem, comma-separated (idle, render, stencil, churn, inference, cpu, mixed, or all); settings after a colon: render:rate=300:fps=30")
+	mems := fs.String("mems", "", "memory sweep: vGPU sizes for -mem-profile, comma-separated (e.g. 256M,512M,1G,2G,4G)")
+	memProfile := fs.String("mem-profile", "render", "the memory sweep's profile")
+	rates := fs.String("rates", "", "dirty-rate sweep: MiB/s for -rate-profile at -mem, comma-separated (0 runs idle)")
+	rateProfile := fs.String("rate-profile", "churn", "the rate sweep's profile")
+	fs.Float64Var(&c.fill, "fill", 0.75, "fraction of the vGPU's pages the guest fills with resident data before its workload (textures, weights)")
+	fs.Float64Var(&c.fps, "fps", 0, "profile steps (frames) per second of guest time (0: 60)")
+	wmem := byteSize(0)
+	fs.Var(&wmem, "workload-mem", "the mix's region (default 2M)")
+	fs.IntVar(&c.steps, "steps", 1000, "the mix (unpaced): steps; pre-copy from a quarter, the pause at half")
+	fs.DurationVar(&c.warmup, "warmup", 500*time.Millisecond, "profiles: guest time before the migration starts")
+	fs.DurationVar(&c.hold, "hold", 0, "profiles: guest time from the migration's start to the pause point (0: 0.5s + 1s per 200 MiB of vGPU memory)")
+	fs.Int64Var(&c.seed, "seed", 1, "workload seed (also picks the mix's pause operation)")
 	strategies := fs.String("strategies", "oneshot,iterative,stopcopy", "strategies to compare, comma-separated")
-	fs.IntVar(&c.runs, "runs", 1, "runs per strategy")
+	fs.BoolVar(&c.compareSerial, "compare-serial", false, "also run oneshot with the serial stop phase (scan, then send), for before/after")
+	fs.IntVar(&c.runs, "runs", 1, "runs per strategy and case")
 	fs.IntVar(&c.bgRate, "background-rate", 0, "oneshot: background re-hash budget in pages/s between pre-copy and stop")
 	fs.IntVar(&c.workers, "workers", 0, "hashing workers (default GOMAXPROCS)")
+	fs.DurationVar(&c.overhead, "overhead", 0, "measure dirty tracking's steady-state cost for this long (0: skip), alternating off and on")
+	ovProfile := fs.String("overhead-profile", "render:fps=0", "the overhead measurement's workload (unpaced: throughput)")
+	ovMem := byteSize(256 << 20)
+	fs.Var(&ovMem, "overhead-mem", "the overhead measurement's vGPU memory")
+	fs.IntVar(&c.overheadBgRate, "overhead-background-rate", 65536, "background re-hash pages/s while tracking is on")
+	fs.BoolVar(&c.qemu, "qemu", false, "also run the real-VM matrix: two gmigd daemons, QEMU and the Linux guest")
+	c.qemuCfg.flags(fs)
+	fs.StringVar(&c.outDir, "out", "", "write results.json, results.md and PNG plots here")
 	logLevel := fs.String("log-level", "warn", "gmigd log level")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -68,65 +121,148 @@ func cmdBench(args []string) error {
 		return err
 	}
 	c.mem, c.wmem = uint64(mem), uint64(wmem)
-	if c.wmem == 0 {
-		c.wmem = c.mem / 2
+	c.overheadMem = uint64(ovMem)
+	if c.profiles, err = parseProfiles(*profiles); err != nil {
+		return err
 	}
-	for _, s := range strings.Split(*strategies, ",") {
-		st, err := precopy.ParseStrategy(strings.TrimSpace(s))
-		if err != nil {
-			return err
-		}
-		c.strategies = append(c.strategies, st)
+	if c.memProfile, err = parseProfile(*memProfile); err != nil {
+		return err
 	}
-	if c.steps < 4 || c.runs < 1 || c.fill < 0 || c.fill > 1 {
-		return fmt.Errorf("want -steps ≥ 4, -runs ≥ 1 and -fill in [0, 1]")
+	if c.rateProfile, err = parseProfile(*rateProfile); err != nil {
+		return err
+	}
+	if c.overheadProfile, err = parseProfile(*ovProfile); err != nil {
+		return err
+	}
+	if c.mems, err = parseSizes(*mems); err != nil {
+		return err
+	}
+	if c.rates, err = parseFloats(*rates); err != nil {
+		return err
+	}
+	if c.strategies, err = parseStrategies(*strategies); err != nil {
+		return err
+	}
+	if c.steps < 4 || c.runs < 1 || c.fill < 0 || c.fill > 1 || c.fps < 0 {
+		return errors.New("want -steps ≥ 4, -runs ≥ 1, -fill in [0, 1] and -fps ≥ 0")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	return c.run(ctx)
 }
 
-// benchRun is one migration's outcome.
-type benchRun struct {
-	strategy precopy.Strategy
-	rep      orchestrator.Report
+// parseProfiles reads -profiles: names or specs (colons for commas).
+func parseProfiles(s string) ([]guest.WorkloadConfig, error) {
+	if s == "all" {
+		s = "idle,render,stencil,churn,inference,cpu,mixed"
+	}
+	var out []guest.WorkloadConfig
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		w, err := parseProfile(p)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, w)
+	}
+	return out, nil
 }
 
-func (c *benchConfig) run(ctx context.Context) error {
-	startAt, pauseAt := uint64(c.steps/4), uint64(c.steps/2)
-	pauseOp := 1 + rand.New(rand.NewPCG(uint64(c.seed), 0x7061757365)).IntN(6) // "pause"
-	fmt.Fprintf(c.out, "gmigd bench: %d MiB vGPU (%.0f%% of pages hold data), workload on %d MiB, seed %d, %d steps; pre-copy from step %d; the workload waits at operation %d of step %d, where the VM pauses once the live phase has ended; %d hashing workers; two gmigd in this process, loopback TCP\n",
-		c.mem>>20, 100*c.fill, c.wmem>>20, c.seed, c.steps, startAt, pauseOp, pauseAt, c.workerCount())
-	t := time.Now()
-	want, err := referenceDigest(ctx, c.mem, c.fill, c.seed, c.workload(), c.steps, c.log)
-	if err != nil {
-		return err
+// parseProfile reads one profile spec, with colons or commas between its
+// settings.
+func parseProfile(s string) (guest.WorkloadConfig, error) {
+	return guest.ParseWorkload(strings.ReplaceAll(s, ":", ","))
+}
+
+func parseSizes(s string) ([]uint64, error) {
+	var out []uint64
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		v, err := parseSize(f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
 	}
-	fmt.Fprintf(c.out, "reference (never migrated): digest %s in %s\n", hex.EncodeToString(want[:8]), time.Since(t).Round(time.Millisecond))
-	var runs []benchRun
-	for _, st := range c.strategies {
-		for r := 1; r <= c.runs; r++ {
-			fmt.Fprintf(c.out, "[%s run %d]", st, r)
-			rep, got, err := c.migrateOnce(ctx, st, startAt, pauseAt, pauseOp)
-			if err != nil {
-				fmt.Fprintln(c.out)
-				return fmt.Errorf("%s run %d: %w", st, r, err)
-			}
-			if got != want {
-				fmt.Fprintln(c.out)
-				return fmt.Errorf("%s run %d: digest %x, reference %x", st, r, got, want)
-			}
-			fmt.Fprintf(c.out, " pre-copy %.0f ms (%d pages, %.1f MiB); downtime %.2f ms (guest saw %.2f ms), %d pages at the stop; digest ok\n",
-				ms(rep.Precopy.Precopy.Duration), rep.Precopy.Precopy.Pages, mibs(rep.Precopy.Precopy.Bytes),
-				ms(rep.Downtime), ms(rep.GuestGap), rep.Precopy.Stop.DirtyPages)
-			runs = append(runs, benchRun{st, rep})
+	return out, nil
+}
+
+func parseFloats(s string) ([]float64, error) {
+	var out []float64
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		v, err := strconv.ParseFloat(f, 64)
+		if err != nil || v < 0 || math.IsInf(v, 0) {
+			return nil, fmt.Errorf("bad rate %q (want MiB/s ≥ 0)", f)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func parseStrategies(s string) ([]precopy.Strategy, error) {
+	var out []precopy.Strategy
+	for _, f := range strings.Split(s, ",") {
+		st, err := precopy.ParseStrategy(strings.TrimSpace(f))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}
+
+// workload completes a case's workload with the bench's fill and frame
+// rate where its spec leaves them open.
+func (c *benchConfig) workload(w guest.WorkloadConfig) guest.WorkloadConfig {
+	if w.Fill == 0 {
+		w.Fill = c.fill
+	}
+	if w.FPS == 0 && c.fps > 0 {
+		w.FPS = c.fps
+	}
+	if w.Profile == guest.ProfileMixed && w.MemSize == 0 {
+		w.MemSize = c.wmem
+	}
+	return w
+}
+
+// cases is the in-process matrix: the profiles at -mem, the memory sweep,
+// the rate sweep; a case that two of them share runs once.
+func (c *benchConfig) cases(mode string) []benchCase {
+	var out []benchCase
+	seen := map[string]bool{}
+	add := func(sweep string, w guest.WorkloadConfig, mem uint64) {
+		w = c.workload(w)
+		bc := benchCase{Mode: mode, Sweep: sweep, Workload: w.Spec(), Mem: mem, cfg: w}
+		if key := bc.String(); !seen[key] {
+			seen[key] = true
+			out = append(out, bc)
 		}
 	}
-	c.table(runs)
-	return nil
+	for _, w := range c.profiles {
+		add("profiles", w, c.mem)
+	}
+	for _, m := range c.mems {
+		add("memory", c.memProfile, m)
+	}
+	for _, r := range c.rates {
+		w := c.rateProfile
+		if r == 0 {
+			w = guest.WorkloadConfig{Profile: guest.ProfileIdle}
+		} else {
+			w.Rate = r
+		}
+		add("rate", w, c.mem)
+	}
+	return out
 }
-
-func (c *benchConfig) workload() guest.WorkloadConfig { return guest.WorkloadConfig{MemSize: c.wmem} }
 
 func (c *benchConfig) workerCount() int {
 	if c.workers > 0 {
@@ -135,172 +271,85 @@ func (c *benchConfig) workerCount() int {
 	return runtime.GOMAXPROCS(0)
 }
 
-// migrateOnce runs the workload on a fresh source host to step startAt,
-// migrates it with strategy st to a fresh destination host through the
-// orchestrator — the workload running during the live phase and waiting
-// at the fixed operation until the VM pauses — lets it finish there and
-// returns the report and the final digest.
-func (c *benchConfig) migrateOnce(ctx context.Context, st precopy.Strategy, startAt, pauseAt uint64, pauseOp int) (orchestrator.Report, [32]byte, error) {
-	var rep orchestrator.Report
-	var sum [32]byte
-	p, err := newInProc(2*c.mem+(8<<20), c.log, nil)
-	if err != nil {
-		return rep, sum, err
-	}
-	defer p.close()
-	// A neighbour on the source host, so the vGPU sits at a different pool
-	// offset on each side and the remapping is real.
-	if _, err := p.hosts[0].Create(vgpu.Config{Name: "neighbour", MemSize: 1 << 20}); err != nil {
-		return rep, sum, err
-	}
-	hold := func(vm *sim.VM) (<-chan struct{}, error) { return vm.HoldAt(pauseAt, pauseOp) }
-	vm, _, err := p.startVM(p.hosts[0], "bench", c.mem, c.fill, c.seed, c.workload(), hold)
-	if err != nil {
-		return rep, sum, err
-	}
-	defer vm.Close()
-	stopBeat := vm.StartHeartbeat(time.Millisecond)
-	defer stopBeat()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	done := make(chan error, 1)
-	paced := vm.Pace(startAt)
-	go func() { done <- vm.Run(ctx, c.steps) }()
-	select {
-	case <-paced:
-	case err := <-done:
-		return rep, sum, fmt.Errorf("the workload ended (%v) before the migration", err)
-	}
-	rep, err = p.migrate(ctx, 0, "bench", hostd.MigrateOptions{
-		Precopy: precopy.Options{Strategy: st, BackgroundRate: c.bgRate, Workers: c.workers},
-		Progress: func(pr orchestrator.Progress) {
-			if pr.Phase == orchestrator.PhaseVGPULive {
-				vm.Pace(0)
-			}
-		},
-	})
-	if err != nil {
-		cancel()
-		vm.Resume()
-		<-done
-		return rep, sum, err
-	}
-	if err := <-done; err != nil {
-		return rep, sum, fmt.Errorf("workload after the migration: %w", err)
-	}
-	sum, err = vm.Digest()
-	return rep, sum, err
-}
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
-func mibs(n uint64) float64 { return float64(n) / (1 << 20) }
-
-// termColumns are the downtime's terms as the table shows them.
-var termColumns = []struct{ head, term string }{
-	{"pause", orchestrator.TermPause}, {"quiesce", orchestrator.TermQuiesce}, {"scan", orchestrator.TermScan},
-	{"transfer", orchestrator.TermTransfer}, {"restore", orchestrator.TermRestore}, {"replay", orchestrator.TermReplay},
-	{"tail", orchestrator.TermVerdict}, {"vmm", orchestrator.TermSwitchover}, {"commit", orchestrator.TermCommit},
-	{"load", orchestrator.TermLoad}, {"front", orchestrator.TermFrontEnd}, {"engine", orchestrator.TermEngine},
-	{"resume", orchestrator.TermResume},
-}
-
-// table prints one row per run, a mean row per strategy when there are
-// several runs, and the means' ratios against stop-and-copy.
-func (c *benchConfig) table(runs []benchRun) {
-	fmt.Fprintf(c.out, "\ndowntime = pause -> resume on the host clock, split into its consecutive terms; guest = largest guest heartbeat gap; times in ms; pages and MiB sent; dirty pages at the stop by source:\n")
-	tw := tabwriter.NewWriter(c.out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	head := "strategy\trun\tdowntime\tguest\t"
-	for _, tc := range termColumns {
-		head += tc.head + "\t"
-	}
-	fmt.Fprintln(tw, head+"pre pages\tpre MiB\tstop pages\tstop MiB\tengine\tbackgr\tsample\thash\tunrec\thashed\tscan GB/s\t")
-	row := func(name, run string, r orchestrator.Report) {
-		line := fmt.Sprintf("%s\t%s\t%.2f\t%.2f\t", name, run, ms(r.Downtime), ms(r.GuestGap))
-		for _, tc := range termColumns {
-			line += fmt.Sprintf("%.2f\t", ms(r.Term(tc.term)))
-		}
-		p, s := r.Precopy.Precopy, r.Precopy.Stop
-		b := s.BySource
-		line += fmt.Sprintf("%d\t%.2f\t%d\t%.2f\t%d\t%d\t%d\t%d\t%d\t%d\t%.2f\t",
-			p.Pages, mibs(p.Bytes), s.DirtyPages, mibs(s.Bytes),
-			b[dirty.Engine], b[dirty.Background], b[dirty.Sample], b[dirty.Hash], b[dirty.Unrecorded],
-			s.PagesHashed, r.Precopy.HashRate/1e9)
-		fmt.Fprintln(tw, line)
-	}
-	means := map[precopy.Strategy]orchestrator.Report{}
+// variants are the stop phases each case runs: the strategies, and with
+// -compare-serial oneshot's serial stop phase too.
+func (c *benchConfig) variants() []benchVariant {
+	var out []benchVariant
 	for _, st := range c.strategies {
-		var group []orchestrator.Report
-		for _, r := range runs {
-			if r.strategy == st {
-				row(string(st), fmt.Sprint(len(group)+1), r.rep)
-				group = append(group, r.rep)
-			}
-		}
-		means[st] = mean(group)
-		if len(group) > 1 {
-			row(string(st), "mean", means[st])
+		out = append(out, benchVariant{Strategy: st})
+		if st == precopy.OneShot && c.compareSerial {
+			out = append(out, benchVariant{Strategy: st, Serial: true})
 		}
 	}
-	tw.Flush()
-	fmt.Fprintf(c.out, "hash throughput of this machine: %.2f GB/s (dirty.MeasureHashRate, 64 MiB, %d workers)\n",
-		dirty.MeasureHashRate(make([]byte, 64<<20), c.workers)/1e9, c.workerCount())
-	base, ok := means[precopy.StopCopy]
-	if !ok || base.Downtime == 0 {
-		return
-	}
-	fmt.Fprintf(c.out, "\nratios vs stopcopy (means):\n")
-	tw = tabwriter.NewWriter(c.out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "strategy\tdowntime\tguest gap\tstop pages\tstop bytes\tall bytes sent\t")
-	for _, st := range c.strategies {
-		m := means[st]
-		ms, bs := m.Precopy.Stop, base.Precopy.Stop
-		fmt.Fprintf(tw, "%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t\n", st,
-			float64(m.Downtime)/float64(base.Downtime),
-			float64(m.GuestGap)/float64(max(base.GuestGap, 1)),
-			float64(ms.DirtyPages)/float64(max(bs.DirtyPages, 1)),
-			float64(ms.Bytes)/float64(max(bs.Bytes, 1)),
-			float64(ms.Bytes+m.Precopy.Precopy.Bytes)/float64(max(bs.Bytes+base.Precopy.Precopy.Bytes, 1)))
-	}
-	tw.Flush()
+	return out
 }
 
-// mean averages reports field by field: the downtime, the guest gap, each
-// term, and the vGPU's pages and bytes (the first report's other fields).
-func mean(rs []orchestrator.Report) orchestrator.Report {
-	if len(rs) <= 1 {
-		if len(rs) == 0 {
-			return orchestrator.Report{}
-		}
-		return rs[0]
+// benchVariant is a strategy, and whether its stop phase is the serial
+// one (scan everything, then send).
+type benchVariant struct {
+	Strategy precopy.Strategy
+	Serial   bool
+}
+
+func (v benchVariant) String() string {
+	if v.Serial {
+		return string(v.Strategy) + "-serial"
 	}
-	m := rs[0]
-	n := len(rs)
-	m.Terms = append([]orchestrator.Term(nil), rs[0].Terms...)
-	m.Downtime, m.GuestGap = 0, 0
-	for i := range m.Terms {
-		m.Terms[i].D = 0
+	return string(v.Strategy)
+}
+
+func (c *benchConfig) run(ctx context.Context) error {
+	res := &benchFile{Command: "gmigd bench " + strings.Join(os.Args[min(2, len(os.Args)):], " "), Started: time.Now()}
+	res.Machine = describeMachine(c.workerCount())
+	c.statusf("gmigd bench: %d cores (GOMAXPROCS %d), load %.1f; %d hashing workers\n",
+		res.Machine.Cores, res.Machine.GOMAXPROCS, res.Machine.Load1, c.workerCount())
+	cases := c.cases("inproc")
+	if c.qemu {
+		cases = append(cases, c.qemuCfg.cases(c)...)
 	}
-	var pre, stop precopy.Report
-	for _, r := range rs {
-		m.Downtime += r.Downtime / time.Duration(n)
-		m.GuestGap += r.GuestGap / time.Duration(n)
-		for i := range m.Terms {
-			m.Terms[i].D += r.Term(m.Terms[i].Name) / time.Duration(n)
+	total := len(cases) * len(c.variants()) * c.runs
+	n := 0
+	for _, bc := range cases {
+		var rs []benchResult
+		var err error
+		if bc.Mode == "qemu" {
+			rs, err = c.runQEMUCase(ctx, bc, &n, total)
+		} else {
+			rs, err = c.runInProcCase(ctx, bc, &n, total)
 		}
-		pre.Precopy.Duration += r.Precopy.Precopy.Duration / time.Duration(n)
-		pre.Precopy.Pages += r.Precopy.Precopy.Pages / uint64(n)
-		pre.Precopy.Bytes += r.Precopy.Precopy.Bytes / uint64(n)
-		stop.Stop.DirtyPages += r.Precopy.Stop.DirtyPages / n
-		stop.Stop.PagesHashed += r.Precopy.Stop.PagesHashed / n
-		stop.Stop.Bytes += r.Precopy.Stop.Bytes / uint64(n)
-		for i := range stop.Stop.BySource {
-			stop.Stop.BySource[i] += r.Precopy.Stop.BySource[i] / n
+		res.Results = append(res.Results, rs...)
+		if werr := c.save(res); werr != nil {
+			return werr
 		}
-		stop.HashRate += r.Precopy.HashRate / float64(n)
+		if err != nil {
+			return fmt.Errorf("%s: %w", bc, err)
+		}
 	}
-	m.Precopy.Precopy.Duration, m.Precopy.Precopy.Pages, m.Precopy.Precopy.Bytes = pre.Precopy.Duration, pre.Precopy.Pages, pre.Precopy.Bytes
-	m.Precopy.Stop.DirtyPages, m.Precopy.Stop.PagesHashed, m.Precopy.Stop.Bytes = stop.Stop.DirtyPages, stop.Stop.PagesHashed, stop.Stop.Bytes
-	m.Precopy.Stop.BySource, m.Precopy.HashRate = stop.Stop.BySource, stop.HashRate
-	return m
+	if c.overhead > 0 {
+		ov, err := c.measureOverhead(ctx)
+		if err != nil {
+			return fmt.Errorf("tracking overhead: %w", err)
+		}
+		res.Overhead = &ov
+	}
+	res.Machine.Load1End = loadAvg()
+	res.Finished = time.Now()
+	writeTables(c.out, res)
+	if err := c.save(res); err != nil {
+		return err
+	}
+	if c.outDir != "" {
+		if err := writePlots(c.outDir, res); err != nil {
+			return err
+		}
+		c.statusf("wrote %s/results.json, results.md and the plots\n", c.outDir)
+	}
+	return nil
+}
+
+// statusf writes a progress line.
+func (c *benchConfig) statusf(format string, args ...any) {
+	if c.status != nil {
+		fmt.Fprintf(c.status, format, args...)
+	}
 }

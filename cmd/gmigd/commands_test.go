@@ -5,32 +5,43 @@ import (
 	"context"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/gmig-dev/gmig/guest"
 	"github.com/gmig-dev/gmig/precopy"
 )
 
-// TestBenchSmall runs `gmigd bench` on a small vGPU: every strategy
-// migrates under the workload and must end with the reference digest (bench
-// returns an error otherwise), and the table compares them.
+// TestBenchSmall runs `gmigd bench` small: the mix and a paced render loop
+// migrate with every strategy and must end with the reference digest
+// (bench returns an error otherwise); the tables, results.json,
+// results.md and the plots are written.
 func TestBenchSmall(t *testing.T) {
-	var out bytes.Buffer
+	var out, status bytes.Buffer
+	render, _ := parseProfile("render:rate=20:fps=100")
 	c := benchConfig{
-		out: &out, mem: 4 << 20, wmem: 1 << 20, fill: 0.5, steps: 40, seed: 3, runs: 1,
-		strategies: precopy.Strategies, log: zerolog.Nop(),
+		out: &out, status: &status, mem: 4 << 20, wmem: 1 << 20, fill: 0.5, steps: 40, seed: 3, runs: 1,
+		profiles: []guest.WorkloadConfig{{}, render}, strategies: precopy.Strategies, log: zerolog.Nop(),
+		warmup: 50 * time.Millisecond, hold: 200 * time.Millisecond, outDir: t.TempDir(),
 	}
 	if err := c.run(context.Background()); err != nil {
-		t.Fatalf("%v\n%s", err, out.String())
+		t.Fatalf("%v\n%s", err, status.String())
 	}
-	s := out.String()
-	if n := strings.Count(s, "digest ok"); n != len(precopy.Strategies) {
-		t.Fatalf("%d runs ended with the reference digest, want %d:\n%s", n, len(precopy.Strategies), s)
+	s := status.String()
+	if n := strings.Count(s, "digest ok"); n != 2*len(precopy.Strategies) {
+		t.Fatalf("%d runs ended with the reference digest, want %d:\n%s", n, 2*len(precopy.Strategies), s)
 	}
-	if !strings.Contains(s, "ratios vs stopcopy") {
-		t.Fatalf("no comparison table:\n%s", s)
+	if !strings.Contains(out.String(), "Ratios against stopcopy") {
+		t.Fatalf("no comparison table:\n%s", out.String())
+	}
+	for _, f := range []string{"results.json", "results.md", "downtime-terms.png", "pages-in-downtime.png"} {
+		if _, err := os.Stat(filepath.Join(c.outDir, f)); err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
 	}
 }
 

@@ -1,0 +1,238 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+)
+
+// writePlots draws the run's PNGs into dir: downtime against vGPU memory
+// (the memory sweep), against the dirty rate (the rate sweep), pages in
+// the downtime per strategy (the profile comparison) and the downtime
+// split into its terms (the profile comparison's first case, and its
+// real-VM twin).
+func writePlots(dir string, f *benchFile) error {
+	order, m := means(f.Results)
+	plots := []struct {
+		name string
+		fn   func([]groupKey, map[groupKey]benchResult) (*plot.Plot, error)
+	}{
+		{"downtime-vs-memory.png", plotVsMemory},
+		{"downtime-vs-rate.png", plotVsRate},
+		{"pages-in-downtime.png", plotStopPages},
+		{"downtime-terms.png", plotTerms},
+	}
+	for _, pl := range plots {
+		p, err := pl.fn(order, m)
+		if err != nil {
+			return fmt.Errorf("plot %s: %w", pl.name, err)
+		}
+		if p == nil {
+			continue
+		}
+		if err := p.Save(8*vg.Inch, 5*vg.Inch, filepath.Join(dir, pl.name)); err != nil {
+			return fmt.Errorf("plot %s: %w", pl.name, err)
+		}
+	}
+	return nil
+}
+
+// variantsOf lists the variants among keys, in order.
+func variantsOf(keys []groupKey) []string {
+	var out []string
+	for _, k := range keys {
+		if !slices.Contains(out, k.variant) {
+			out = append(out, k.variant)
+		}
+	}
+	return out
+}
+
+// lines draws one line (with points) per variant of the results that
+// pass keep, at x(result), y = downtime.
+func lines(title, xlabel string, order []groupKey, m map[groupKey]benchResult,
+	keep func(benchResult) bool, x func(benchResult) float64) (*plot.Plot, error) {
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text = xlabel
+	p.Y.Label.Text = "downtime, pause → resume (ms)"
+	p.Legend.Top = true
+	any := false
+	for i, v := range variantsOf(order) {
+		var xys plotter.XYs
+		for _, k := range order {
+			r := m[k]
+			if k.variant == v && keep(r) {
+				xys = append(xys, plotter.XY{X: x(r), Y: r.DowntimeMS})
+			}
+		}
+		if len(xys) == 0 {
+			continue
+		}
+		slices.SortFunc(xys, func(a, b plotter.XY) int { return int(a.X*1000 - b.X*1000) })
+		l, s, err := plotter.NewLinePoints(xys)
+		if err != nil {
+			return nil, err
+		}
+		l.Color, s.Color = plotutil.Color(i), plotutil.Color(i)
+		s.Shape = plotutil.Shape(i)
+		p.Add(l, s)
+		p.Legend.Add(v, l, s)
+		any = true
+	}
+	if !any {
+		return nil, nil
+	}
+	p.Add(plotter.NewGrid())
+	return p, nil
+}
+
+func plotVsMemory(order []groupKey, m map[groupKey]benchResult) (*plot.Plot, error) {
+	var name string
+	keep := func(r benchResult) bool {
+		if r.Case.Sweep != "memory" || r.Case.Mode != "inproc" {
+			return false
+		}
+		name = r.Case.Workload
+		return true
+	}
+	p, err := lines("", "vGPU memory (GiB)", order, m, keep, func(r benchResult) float64 { return float64(r.Case.Mem) / (1 << 30) })
+	if p != nil {
+		p.Title.Text = "Downtime vs vGPU memory: " + name + ", in process"
+		p.X.Scale = plot.LogScale{}
+		p.X.Tick.Marker = plot.LogTicks{}
+	}
+	return p, err
+}
+
+func plotVsRate(order []groupKey, m map[groupKey]benchResult) (*plot.Plot, error) {
+	var size string
+	keep := func(r benchResult) bool {
+		if r.Case.Sweep != "rate" || r.Case.Mode != "inproc" {
+			return false
+		}
+		size = sizeString(r.Case.Mem)
+		return true
+	}
+	p, err := lines("", "dirty rate asked (MiB/s of guest time)", order, m, keep, func(r benchResult) float64 { return r.RateAsked })
+	if p != nil {
+		p.Title.Text = "Downtime vs dirty rate: " + size + " vGPU, in process"
+	}
+	return p, err
+}
+
+// plotStopPages is grouped bars: pages sent in the downtime, per workload
+// of the profile comparison, one bar per variant.
+func plotStopPages(order []groupKey, m map[groupKey]benchResult) (*plot.Plot, error) {
+	var cases []string
+	for _, k := range order {
+		r := m[k]
+		if r.Case.Sweep == "profiles" && r.Case.Mode == "inproc" && !slices.Contains(cases, k.caseKey) {
+			cases = append(cases, k.caseKey)
+		}
+	}
+	if len(cases) == 0 {
+		return nil, nil
+	}
+	p := plot.New()
+	p.Title.Text = "Pages sent in the downtime, per strategy (log scale; 0 shows as 1)"
+	p.Y.Label.Text = "pages"
+	p.Y.Scale = plot.LogScale{}
+	p.Y.Tick.Marker = plot.LogTicks{}
+	p.Legend.Top = true
+	vars := variantsOf(order)
+	var names []string
+	for _, ck := range cases {
+		names = append(names, m[groupKey{ck, vars[0]}].Case.Workload)
+	}
+	for i, v := range vars {
+		var xys plotter.XYs
+		for j, ck := range cases {
+			if r, ok := m[groupKey{ck, v}]; ok {
+				// Zero pages show as one (a log scale has no zero).
+				xys = append(xys, plotter.XY{X: float64(j) + 0.12*(float64(i)-float64(len(vars)-1)/2), Y: max(1, float64(r.StopPages))})
+			}
+		}
+		s, err := plotter.NewScatter(xys)
+		if err != nil {
+			return nil, err
+		}
+		s.Color, s.Shape, s.Radius = plotutil.Color(i), plotutil.Shape(i), vg.Points(4)
+		p.Add(s)
+		p.Legend.Add(v, s)
+	}
+	p.NominalX(names...)
+	p.X.Tick.Label.Rotation = 0.3
+	p.X.Tick.Label.XAlign = draw.XRight
+	p.Add(plotter.NewGrid())
+	return p, nil
+}
+
+// plotTerms stacks each variant's downtime terms for the profile
+// comparison's first case (and the same case with real VMs).
+func plotTerms(order []groupKey, m map[groupKey]benchResult) (*plot.Plot, error) {
+	var first string
+	for _, k := range order {
+		if r := m[k]; r.Case.Sweep == "profiles" {
+			first = r.Case.Workload + "/" + sizeString(r.Case.Mem)
+			break
+		}
+	}
+	var bars []benchResult
+	for _, k := range order {
+		r := m[k]
+		if r.Case.Workload+"/"+sizeString(r.Case.Mem) == first {
+			bars = append(bars, r)
+		}
+	}
+	if len(bars) == 0 {
+		return nil, nil
+	}
+	p := plot.New()
+	p.Title.Text = "Downtime split into its terms: " + bars[0].Case.Workload + " on " + sizeString(bars[0].Case.Mem)
+	p.Y.Label.Text = "ms"
+	p.Legend.Top = true
+	p.Legend.Left = true
+	var names []string
+	for _, r := range bars {
+		names = append(names, r.Case.Mode+" "+r.Variant)
+	}
+	w := vg.Points(40)
+	var below *plotter.BarChart
+	for i, tc := range termColumns {
+		vals := make(plotter.Values, len(bars))
+		nonzero := false
+		for j, r := range bars {
+			vals[j] = max(0, r.term(tc.term))
+			nonzero = nonzero || vals[j] > 0.05
+		}
+		if !nonzero {
+			continue
+		}
+		b, err := plotter.NewBarChart(vals, w)
+		if err != nil {
+			return nil, err
+		}
+		b.Color = plotutil.Color(i)
+		b.LineStyle.Width = 0
+		if below != nil {
+			b.StackOn(below)
+		}
+		below = b
+		p.Add(b)
+		p.Legend.Add(tc.head, b)
+	}
+	p.NominalX(names...)
+	p.Legend.ThumbnailWidth = 8 * vg.Millimeter
+	p.Legend.TextStyle.Font.Size = 8
+	p.X.Tick.Label.Rotation = 0.3
+	p.X.Tick.Label.XAlign = draw.XRight
+	p.Add(plotter.NewGrid())
+	return p, nil
+}
