@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -112,6 +113,7 @@ func cmdBench(args []string) error {
 	fs.BoolVar(&c.qemu, "qemu", false, "also run the real-VM matrix: two gmigd daemons, QEMU and the Linux guest")
 	c.qemuCfg.flags(fs)
 	fs.StringVar(&c.outDir, "out", "", "write results.json, results.md and PNG plots here")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run here (go tool pprof)")
 	logLevel := fs.String("log-level", "warn", "gmigd log level")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -145,6 +147,22 @@ func cmdBench(args []string) error {
 	}
 	if c.steps < 4 || c.runs < 1 || c.fill < 0 || c.fill > 1 || c.fps < 0 {
 		return errors.New("want -steps ≥ 4, -runs ≥ 1, -fill in [0, 1] and -fps ≥ 0")
+	}
+	if c.outDir != "" {
+		if err := os.MkdirAll(c.outDir, 0o755); err != nil {
+			return err
+		}
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
