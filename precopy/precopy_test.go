@@ -33,13 +33,17 @@ func TestMigrateStrategies(t *testing.T) {
 	}{{"pipe", migtest.PipePair}, {"tcp", migtest.TCPPair}} {
 		for _, strat := range Strategies {
 			t.Run(string(strat)+"/"+tr.name, func(t *testing.T) {
-				testMigrateStrategy(t, strat, tr.pair)
+				testMigrateStrategy(t, strat, false, tr.pair)
 			})
 		}
+		// The serial stop phase (scan everything, then send) too.
+		t.Run("oneshot-serial/"+tr.name, func(t *testing.T) {
+			testMigrateStrategy(t, OneShot, true, tr.pair)
+		})
 	}
 }
 
-func testMigrateStrategy(t *testing.T, strat Strategy, pair func(testing.TB) (net.Conn, net.Conn)) {
+func testMigrateStrategy(t *testing.T, strat Strategy, serial bool, pair func(testing.TB) (net.Conn, net.Conn)) {
 	const mem = 4 << 20
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -55,7 +59,7 @@ func testMigrateStrategy(t *testing.T, strat Strategy, pair func(testing.TB) (ne
 
 	a, b := pair(t)
 	recv := receive(ctx, b, dst, Options{Log: migtest.Log})
-	s, err := NewSource(src.V, a, Options{Strategy: strat, Workers: 2, Log: migtest.Log})
+	s, err := NewSource(src.V, a, Options{Strategy: strat, Workers: 2, SerialStop: serial, Log: migtest.Log})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,8 +12,11 @@ import (
 
 // Stop is the stop phase; the caller has paused the VM. It quiesces the
 // vGPU (the command in flight finishes; later doorbells wait), runs the
-// final dirty scan (stop-and-copy: every page), sends the dirty pages
-// straight from the frozen memory, then DeviceState (vgpu.State without
+// final dirty scan (stop-and-copy: every page) and sends the dirty pages
+// straight from the frozen memory — pipelined: the pages of each scanned
+// chunk go out while the workers scan the next, with the hashes the scan
+// computed (scanAndSend; Options.SerialStop scans everything first) —
+// then DeviceState (vgpu.State without
 // what the API log carries), APILog (kernel objects, fence, interrupt
 // state), FrontEnd (the guest's config writes), a summary Meta and End,
 // and waits for the destination's verdict (not with NoVerdict: the
@@ -67,14 +70,26 @@ func (s *Source) stop(ctx context.Context, rep *Report) error {
 	rep.Stop.Quiesce = time.Since(t)
 
 	t = time.Now()
-	dirtyPages, err := s.finalScan(ctx, rep)
-	if err != nil {
-		return err
+	if s.pipelined() {
+		scanned, err := s.scanAndSend(ctx, rep)
+		if err != nil {
+			return err
+		}
+		rep.Stop.Scan = scanned.Sub(t)
+		t = scanned
+	} else {
+		dirtyPages, err := s.finalScan(ctx, rep)
+		if err != nil {
+			return err
+		}
+		rep.Stop.Scan = time.Since(t)
+		t = time.Now()
+		if _, err := s.w.WritePages(dirtyPages, s.mem, nil); err != nil {
+			return err
+		}
+		s.noteSent()
 	}
-	rep.Stop.Scan = time.Since(t)
-
-	t = time.Now()
-	if err := s.sendStopped(dirtyPages, rep); err != nil {
+	if err := s.sendState(rep); err != nil {
 		return err
 	}
 	rep.Stop.Transfer = time.Since(t)
@@ -134,15 +149,49 @@ func (s *Source) finalScan(ctx context.Context, rep *Report) ([]uint32, error) {
 	return idx, nil
 }
 
-// sendStopped sends the dirty pages, the device state and the API log. The
-// memory is frozen (VM paused, engine quiesced), so pages go straight from
-// it, each copied once into the batch it travels in and hashed there.
-func (s *Source) sendStopped(pages []uint32, rep *Report) error {
-	_, err := s.w.WritePages(pages, s.mem, nil)
-	s.noteSent()
-	if err != nil {
+// pipelined reports whether the stop phase overlaps the final scan with
+// sending (scanAndSend), rather than scanning all of memory first: always,
+// unless Options.SerialStop asks for the serial one or a Hasher hashes
+// the scan elsewhere in one batch.
+func (s *Source) pipelined() bool { return !s.opts.SerialStop && s.opts.Hasher == nil }
+
+// scanAndSend is the pipelined final scan: the tracker's workers scan the
+// frozen memory chunk by chunk (dirty.ScanFrozenStream), hashing every
+// dirty page, while this goroutine sends the dirty pages of each chunk
+// straight from memory with those hashes (no copy, no hash on the send
+// path). Stop-and-copy takes the same path: nothing was recorded, so
+// every page is dirty (Unrecorded) and hashed by the workers. It returns
+// when the last chunk was scanned: the downtime's scan term ends there,
+// its transfer term is what was left to send after it.
+func (s *Source) scanAndSend(ctx context.Context, rep *Report) (scanned time.Time, err error) {
+	start := time.Now()
+	res, err := s.tr.ScanFrozenStream(ctx, 0, func(c dirty.ScanChunk) error {
+		_, err := s.w.WritePages(c.Dirty, s.mem, c.Hashes)
+		s.noteSent()
 		return err
+	})
+	if err != nil {
+		return time.Time{}, err
 	}
+	total := 0
+	for _, n := range res.BySource {
+		total += n
+	}
+	rep.Stop.DirtyPages, rep.Stop.BySource, rep.Stop.PagesHashed = total, res.BySource, res.PagesHashed
+	if s.opts.Strategy == StopCopy {
+		// Nothing was recorded: every page is Unrecorded, whatever
+		// else marked it.
+		rep.Stop.BySource = [dirty.NumSources]int{dirty.Unrecorded: total}
+	}
+	if secs := res.Duration.Seconds(); secs > 0 && res.BytesHashed > 0 {
+		rep.HashRate = float64(res.BytesHashed) / secs
+	}
+	return start.Add(res.Duration), nil
+}
+
+// sendState sends the device state, the API log and the front end's
+// config writes (the dirty pages went before).
+func (s *Source) sendState(rep *Report) error {
 	m, err := s.v.SaveMigrated()
 	if err != nil {
 		return err
