@@ -64,35 +64,35 @@ func countNonzeroPages(mem []byte) int {
 	return n
 }
 
-// TestProfileAchievedRate paces a churn workload at 100 steps a second and
-// checks the achieved dirty rate: the rate asked for, give or take the
-// sleep granularity of a loaded machine.
+// TestProfileAchievedRate paces a churn workload at 20 steps a second and
+// checks the achieved dirty rate: never above the rate asked for, and near
+// it unless the machine is too loaded to keep up.
 func TestProfileAchievedRate(t *testing.T) {
 	p := newPool(t, 64<<20)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	d := open(t, attach(t, serve(t, p, "rate", 16<<20), Options{MSI: true}), guest.Options{Seed: 1, UseIRQ: true})
-	cfg := guest.WorkloadConfig{Profile: guest.ProfileChurn, Rate: 25, FPS: 100, MemSize: 8 << 20}
+	cfg := guest.WorkloadConfig{Profile: guest.ProfileChurn, Rate: 5, FPS: 20, MemSize: 8 << 20}
 	w, err := guest.NewWorkload(2, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	if err := w.Run(ctx, d, 51); err != nil {
+	if err := w.Run(ctx, d, 21); err != nil {
 		t.Fatal(err)
 	}
 	st := w.Stats()
 	t.Logf("%d steps in %s: %.2f MiB/s, %.1f steps/s", st.Steps, time.Since(start).Round(time.Millisecond), st.Rate(), st.StepsPerSec())
-	if st.Steps != 50 || st.PagesWritten != 50*cfg.StepPages() {
+	if st.Steps != 20 || st.PagesWritten != 20*cfg.StepPages() {
 		t.Fatalf("stats %+v", st)
 	}
-	if st.Active < 500*time.Millisecond {
-		t.Fatalf("50 steps at 100 a second took %s of guest time: not paced", st.Active)
+	if st.Active < time.Second {
+		t.Fatalf("20 steps at 20 a second took %s of guest time: not paced", st.Active)
 	}
 	// The pages asked for were written; the time may run over on a loaded
 	// machine (each late step starts at once, without catching up).
-	want := float64(cfg.StepPages()) * 100 * 4096 / (1 << 20)
-	if r := st.Rate(); r > want*1.001 || r < want*0.5 || math.IsNaN(r) {
+	want := float64(cfg.StepPages()) * 20 * 4096 / (1 << 20)
+	if r := st.Rate(); r > want*1.001 || r < want*0.3 || math.IsNaN(r) {
 		t.Fatalf("achieved %.2f MiB/s, asked %.2f", r, want)
 	}
 }

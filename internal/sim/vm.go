@@ -344,14 +344,18 @@ func (vm *VM) Move(socket string) error {
 	}
 	ram := os.NewFile(uintptr(fd), "guest-ram")
 	defer ram.Close()
-	if err := vm.bus.Close(); err != nil {
-		return fmt.Errorf("sim: leaving the old vGPU: %w", err)
-	}
 	opts := vm.opts
 	opts.RAM, opts.RAMSize = ram, 0
-	if vm.bus, err = Attach(socket, opts); err != nil {
+	bus, err := Attach(socket, opts)
+	if err != nil {
 		return err
 	}
+	// The old attachment goes after the new one runs, off the resume's
+	// path: a destination QEMU never tears down the source's mappings
+	// (unmapping a large aperture takes a while).
+	old := vm.bus
+	vm.bus = bus
+	go old.Close()
 	return vm.d.Rebind(vm.bus)
 }
 
