@@ -41,6 +41,7 @@ type benchConfig struct {
 
 	steps         int // the mix (unpaced): steps in all; pre-copy from a quarter, the pause at half
 	warmup, hold  time.Duration
+	holdRate      float64 // MiB/s of vGPU memory the default hold allows for the live phase
 	seed          int64
 	strategies    []precopy.Strategy
 	compareSerial bool // also oneshot with the serial stop phase (before/after)
@@ -53,6 +54,7 @@ type benchConfig struct {
 	overheadMem     uint64
 	overheadBgRate  int
 
+	inproc  bool // run the in-process matrix
 	qemu    bool
 	qemuCfg qemuBenchConfig
 
@@ -98,7 +100,8 @@ func cmdBench(args []string) error {
 	fs.Var(&wmem, "workload-mem", "the mix's region (default 2M)")
 	fs.IntVar(&c.steps, "steps", 1000, "the mix (unpaced): steps; pre-copy from a quarter, the pause at half")
 	fs.DurationVar(&c.warmup, "warmup", 500*time.Millisecond, "profiles: guest time before the migration starts")
-	fs.DurationVar(&c.hold, "hold", 0, "profiles: guest time from the migration's start to the pause point (0: 0.5s + 1s per 200 MiB of vGPU memory)")
+	fs.DurationVar(&c.hold, "hold", 0, "profiles: guest time from the migration's start to the pause point (0: 0.5s + the vGPU memory at -hold-rate)")
+	fs.Float64Var(&c.holdRate, "hold-rate", 200, "MiB/s of vGPU memory the default -hold allows the live phase (a slow machine's pre-copy rate)")
 	fs.Int64Var(&c.seed, "seed", 1, "workload seed (also picks the mix's pause operation)")
 	strategies := fs.String("strategies", "oneshot,iterative,stopcopy", "strategies to compare, comma-separated")
 	fs.BoolVar(&c.compareSerial, "compare-serial", false, "also run oneshot with the serial stop phase (scan, then send), for before/after")
@@ -110,6 +113,7 @@ func cmdBench(args []string) error {
 	ovMem := byteSize(256 << 20)
 	fs.Var(&ovMem, "overhead-mem", "the overhead measurement's vGPU memory")
 	fs.IntVar(&c.overheadBgRate, "overhead-background-rate", 65536, "background re-hash pages/s while tracking is on")
+	fs.BoolVar(&c.inproc, "inproc", true, "run the in-process matrix (two gmigd hosts in this process, the simulated guest)")
 	fs.BoolVar(&c.qemu, "qemu", false, "also run the real-VM matrix: two gmigd daemons, QEMU and the Linux guest")
 	c.qemuCfg.flags(fs)
 	fs.StringVar(&c.outDir, "out", "", "write results.json, results.md and PNG plots here")
@@ -321,7 +325,10 @@ func (c *benchConfig) run(ctx context.Context) error {
 	res.Machine = describeMachine(c.workerCount())
 	c.statusf("gmigd bench: %d cores (GOMAXPROCS %d), load %.1f; %d hashing workers\n",
 		res.Machine.Cores, res.Machine.GOMAXPROCS, res.Machine.Load1, c.workerCount())
-	cases := c.cases("inproc")
+	var cases []benchCase
+	if c.inproc {
+		cases = c.cases("inproc")
+	}
 	if c.qemu {
 		cases = append(cases, c.qemuCfg.cases(c)...)
 	}

@@ -49,7 +49,11 @@ func (c *benchConfig) timeline(w guest.WorkloadConfig, mem uint64) benchTimeline
 	}
 	hold := c.hold
 	if hold == 0 {
-		hold = 500*time.Millisecond + time.Duration(float64(mem)/(200<<20)*float64(time.Second))
+		rate := c.holdRate
+		if rate <= 0 {
+			rate = 200
+		}
+		hold = 500*time.Millisecond + time.Duration(float64(mem)/(rate*(1<<20))*float64(time.Second))
 	}
 	steps := func(d time.Duration) uint64 { return uint64(math.Ceil(d.Seconds() * fps)) }
 	t := benchTimeline{StartAt: max(2, steps(c.warmup)), PauseOp: 2}

@@ -24,7 +24,7 @@ func TestBenchSmall(t *testing.T) {
 	var out, status bytes.Buffer
 	render, _ := parseProfile("render:rate=20:fps=100")
 	c := benchConfig{
-		out: &out, status: &status, mem: 4 << 20, wmem: 1 << 20, fill: 0.5, steps: 40, seed: 3, runs: 1,
+		out: &out, status: &status, inproc: true, mem: 4 << 20, wmem: 1 << 20, fill: 0.5, steps: 40, seed: 3, runs: 1,
 		profiles: []guest.WorkloadConfig{{}, render}, strategies: precopy.Strategies, log: zerolog.Nop(),
 		warmup: 50 * time.Millisecond, hold: 200 * time.Millisecond, outDir: t.TempDir(),
 	}
