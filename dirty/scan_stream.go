@@ -34,7 +34,9 @@ const DefaultStreamChunk = 2048
 // the scan and is returned. The result has the counts and timing of
 // ScanFrozen (Dirty is nil: the chunks had them); Duration ends when the
 // last chunk is scanned, before fn has taken it. A Tracker with a Hasher
-// hashes on the CPU here.
+// hashes on the CPU here. Unlike ScanFrozen it hashes every recorded page
+// that no mark covers, samples or not (PagesHashed counts them): a page
+// the samples would prove dirty must be hashed for sending all the same.
 func (t *Tracker) ScanFrozenStream(ctx context.Context, chunkPages int, fn func(ScanChunk) error) (ScanResult, error) {
 	start := time.Now()
 	if chunkPages <= 0 {
@@ -121,17 +123,23 @@ func (t *Tracker) scanChunk(lo, hi int, c *ScanChunk, n *[NumSources]int, hashed
 			src = Background
 		case !t.recorded.has(p):
 			src = Unrecorded
-		case !t.samplesMatch(p):
-			src = Sample
 		default:
+			// Every dirty page is hashed for the stream anyway, so the
+			// sample pre-filter would save nothing here: hash first (one
+			// sequential read of the page instead of scattered sample
+			// loads, then the read), and ask the samples only of a page
+			// found dirty, to say which source saw it.
 			h = HashPage(t.page(p))
 			*hashed++
 			if h == t.hashes[p].Load() {
 				continue
 			}
 			src = Hash
+			if !t.samplesMatch(p) {
+				src = Sample
+			}
 		}
-		if src != Hash {
+		if src != Hash && src != Sample {
 			h = HashPage(t.page(p)) // for the stream: the sender hashes nothing
 		}
 		n[src]++

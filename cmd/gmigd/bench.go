@@ -104,7 +104,7 @@ func cmdBench(args []string) error {
 	fs.Float64Var(&c.holdRate, "hold-rate", 200, "MiB/s of vGPU memory the default -hold allows the live phase (a slow machine's pre-copy rate)")
 	fs.Int64Var(&c.seed, "seed", 1, "workload seed (also picks the mix's pause operation)")
 	strategies := fs.String("strategies", "oneshot,iterative,stopcopy", "strategies to compare, comma-separated")
-	fs.BoolVar(&c.compareSerial, "compare-serial", false, "also run oneshot with the serial stop phase (scan, then send), for before/after")
+	fs.BoolVar(&c.compareSerial, "compare-serial", false, "also run oneshot and stopcopy with the serial stop phase (scan everything, then copy, hash and send), for before/after")
 	fs.IntVar(&c.runs, "runs", 1, "runs per strategy and case")
 	fs.IntVar(&c.bgRate, "background-rate", 0, "oneshot: background re-hash budget in pages/s between pre-copy and stop")
 	fs.IntVar(&c.workers, "workers", 0, "hashing workers (default GOMAXPROCS)")
@@ -112,7 +112,7 @@ func cmdBench(args []string) error {
 	ovProfile := fs.String("overhead-profile", "render:fps=0", "the overhead measurement's workload (unpaced: throughput)")
 	ovMem := byteSize(256 << 20)
 	fs.Var(&ovMem, "overhead-mem", "the overhead measurement's vGPU memory")
-	fs.IntVar(&c.overheadBgRate, "overhead-background-rate", 65536, "background re-hash pages/s while tracking is on")
+	fs.IntVar(&c.overheadBgRate, "overhead-background-rate", 16384, "the overhead's second measurement: background re-hash pages/s with the marks")
 	fs.BoolVar(&c.inproc, "inproc", true, "run the in-process matrix (two gmigd hosts in this process, the simulated guest)")
 	fs.BoolVar(&c.qemu, "qemu", false, "also run the real-VM matrix: two gmigd daemons, QEMU and the Linux guest")
 	c.qemuCfg.flags(fs)
@@ -294,12 +294,12 @@ func (c *benchConfig) workerCount() int {
 }
 
 // variants are the stop phases each case runs: the strategies, and with
-// -compare-serial oneshot's serial stop phase too.
+// -compare-serial the serial stop phase of oneshot and stopcopy too.
 func (c *benchConfig) variants() []benchVariant {
 	var out []benchVariant
 	for _, st := range c.strategies {
 		out = append(out, benchVariant{Strategy: st})
-		if st == precopy.OneShot && c.compareSerial {
+		if c.compareSerial && (st == precopy.OneShot || st == precopy.StopCopy) {
 			out = append(out, benchVariant{Strategy: st, Serial: true})
 		}
 	}
@@ -355,7 +355,7 @@ func (c *benchConfig) run(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("tracking overhead: %w", err)
 		}
-		res.Overhead = &ov
+		res.Overhead = ov
 	}
 	res.Machine.Load1End = loadAvg()
 	res.Finished = time.Now()

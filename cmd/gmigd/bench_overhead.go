@@ -30,97 +30,108 @@ type overheadResult struct {
 	Load1       float64   `json:"load1"`
 }
 
-// overheadPairs is how many off/on pairs the measurement takes.
-const overheadPairs = 10
+// overheadPairs is how many off/on pairs each measurement takes.
+const overheadPairs = 20
 
-// measureOverhead runs the overhead workload unpaced on one host and
-// alternates tracking off and on.
-func (c *benchConfig) measureOverhead(ctx context.Context) (overheadResult, error) {
+// measureOverhead runs the overhead workload unpaced on one host and, in
+// the same run, measures two kinds of tracking against none: the marks of
+// the engine's writes alone (a one-shot migration without background
+// re-hash, the default), and the marks with the background re-hash at
+// -overhead-background-rate.
+func (c *benchConfig) measureOverhead(ctx context.Context) ([]overheadResult, error) {
 	w := c.workload(c.overheadProfile)
 	w.FPS = -1
-	res := overheadResult{Workload: w.Spec(), Mem: c.overheadMem, BackgroundRate: c.overheadBgRate, Load1: loadAvg()}
-	res.WindowMS = ms(c.overhead / (2 * overheadPairs))
-	c.statusf("== tracking overhead: %s on %s, %d windows of %.0f ms alternating off/on (background re-hash %d pages/s)\n",
-		res.Workload, sizeString(res.Mem), 2*overheadPairs, res.WindowMS, res.BackgroundRate)
+	window := c.overhead / (2 * 2 * overheadPairs)
+	c.statusf("== tracking overhead: %s on %s, %d windows of %v alternating off/on, twice (marks; marks + background re-hash at %d pages/s)\n",
+		w.Spec(), sizeString(c.overheadMem), 2*overheadPairs, window, c.overheadBgRate)
 	p, err := newInProc(c.overheadMem+(32<<20), c.log, nil)
 	if err != nil {
-		return res, err
+		return nil, err
 	}
 	defer p.close()
 	vm, _, err := p.startVM(p.hosts[0], "overhead", c.overheadMem, 0, c.seed, w, nil)
 	if err != nil {
-		return res, err
+		return nil, err
 	}
 	defer vm.Close()
 	v, err := p.hosts[0].VGPU("overhead")
 	if err != nil {
-		return res, err
+		return nil, err
 	}
 	tr, err := dirty.New(v.Memory(), dirty.Options{Workers: c.workers})
 	if err != nil {
-		return res, err
+		return nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- vm.Run(ctx, 1<<40) }()
 	if err := vm.WaitStep(ctx, 2); err != nil {
-		return res, err
+		return nil, err
 	}
 	if err := tr.RecordAll(ctx); err != nil {
-		return res, err
+		return nil, err
 	}
-	window := c.overhead / (2 * overheadPairs)
-	measure := func(on bool) (float64, error) {
-		var stop func() dirty.BackgroundStats
-		if on {
-			if err := v.ObserveWrites(tr.MarkWritten); err != nil {
-				return 0, err
+	var out []overheadResult
+	for _, bg := range []int{0, c.overheadBgRate} {
+		res := overheadResult{Workload: w.Spec(), Mem: c.overheadMem, BackgroundRate: bg, WindowMS: ms(window), Load1: loadAvg()}
+		measure := func(on bool) (float64, error) {
+			var stop func() dirty.BackgroundStats
+			if on {
+				if err := v.ObserveWrites(tr.MarkWritten); err != nil {
+					return 0, err
+				}
+				if bg > 0 {
+					stop = tr.StartBackground(ctx, bg)
+				}
 			}
-			stop = tr.StartBackground(ctx, c.overheadBgRate)
-		}
-		before := vm.Workload().Stats()
-		select {
-		case <-time.After(window):
-		case err := <-done:
-			return 0, fmt.Errorf("the workload ended: %v", err)
-		}
-		rate := statsSince(vm.Workload().Stats(), before).Rate()
-		if on {
-			_ = v.ObserveWrites(nil)
-			res.BgHashed += stop().PagesHashed
-		}
-		return rate, nil
-	}
-	for i := range overheadPairs {
-		order := []bool{false, true}
-		if i%2 == 1 {
-			order = []bool{true, false}
-		}
-		var off, on float64
-		for _, tracking := range order {
-			r, err := measure(tracking)
-			if err != nil {
-				return res, err
+			before := vm.Workload().Stats()
+			select {
+			case <-time.After(window):
+			case err := <-done:
+				return 0, fmt.Errorf("the workload ended: %v", err)
 			}
-			if tracking {
-				on = r
-				res.OnMiBs = append(res.OnMiBs, r)
-			} else {
-				off = r
-				res.OffMiBs = append(res.OffMiBs, r)
+			rate := statsSince(vm.Workload().Stats(), before).Rate()
+			if on {
+				_ = v.ObserveWrites(nil)
+				if stop != nil {
+					res.BgHashed += stop().PagesHashed
+				}
+			}
+			return rate, nil
+		}
+		for i := range overheadPairs {
+			order := []bool{false, true}
+			if i%2 == 1 {
+				order = []bool{true, false}
+			}
+			var off, on float64
+			for _, tracking := range order {
+				r, err := measure(tracking)
+				if err != nil {
+					return out, err
+				}
+				if tracking {
+					on = r
+					res.OnMiBs = append(res.OnMiBs, r)
+				} else {
+					off = r
+					res.OffMiBs = append(res.OffMiBs, r)
+				}
+			}
+			if off > 0 {
+				res.Ratios = append(res.Ratios, on/off)
 			}
 		}
-		if off > 0 {
-			res.Ratios = append(res.Ratios, on/off)
-		}
-		c.statusf("    pair %d: off %.1f MiB/s, on %.1f MiB/s\n", i+1, off, on)
+		res.Median = median(res.Ratios)
+		res.OverheadPct = (1 - res.Median) * 100
+		c.statusf("    background %d pages/s: off %.1f MiB/s, on %.1f MiB/s (medians), overhead %.2f %%\n",
+			bg, median(res.OffMiBs), median(res.OnMiBs), res.OverheadPct)
+		out = append(out, res)
 	}
 	cancel()
 	<-done
-	res.Median = median(res.Ratios)
-	res.OverheadPct = (1 - res.Median) * 100
-	return res, nil
+	return out, nil
 }
 
 func median(v []float64) float64 {
@@ -136,8 +147,12 @@ func median(v []float64) float64 {
 }
 
 func (o overheadResult) table() table {
-	t := table{title: fmt.Sprintf("Steady-state cost of dirty tracking: %s on %s unpaced, engine-write marks and background re-hash at %d pages/s on vs off, %d pairs of %.0f ms windows (ABBA); load %.1f",
-		o.Workload, sizeString(o.Mem), o.BackgroundRate, len(o.Ratios), o.WindowMS, o.Load1),
+	what := "engine-write marks"
+	if o.BackgroundRate > 0 {
+		what = fmt.Sprintf("engine-write marks and background re-hash at %d pages/s", o.BackgroundRate)
+	}
+	t := table{title: fmt.Sprintf("Steady-state cost of dirty tracking: %s on %s unpaced, %s on vs off, %d pairs of %.0f ms windows (ABBA); load %.1f",
+		o.Workload, sizeString(o.Mem), what, len(o.Ratios), o.WindowMS, o.Load1),
 		head: []string{"off MiB/s (median)", "on MiB/s (median)", "on/off per pair (median)", "min", "max", "overhead", "background pages hashed"}}
 	lo, hi := slices.Min(append([]float64{1}, o.Ratios...)), slices.Max(append([]float64{1}, o.Ratios...))
 	if len(o.Ratios) > 0 {

@@ -15,12 +15,12 @@ import (
 
 // benchFile is everything one gmigd bench run measured: results.json.
 type benchFile struct {
-	Command  string          `json:"command"`
-	Started  time.Time       `json:"started"`
-	Finished time.Time       `json:"finished"`
-	Machine  benchMachine    `json:"machine"`
-	Results  []benchResult   `json:"results"`
-	Overhead *overheadResult `json:"tracking_overhead,omitempty"`
+	Command  string           `json:"command"`
+	Started  time.Time        `json:"started"`
+	Finished time.Time        `json:"finished"`
+	Machine  benchMachine     `json:"machine"`
+	Results  []benchResult    `json:"results"`
+	Overhead []overheadResult `json:"tracking_overhead,omitempty"`
 }
 
 // benchMachine describes where it ran.

@@ -108,33 +108,40 @@ type groupKey struct {
 	caseKey, variant string
 }
 
-// means averages each case's runs of each variant, in first-seen order.
+// means takes the median of each case's runs of each variant (a shared
+// machine's outliers move a mean), in first-seen order.
 func means(rs []benchResult) ([]groupKey, map[groupKey]benchResult) {
 	var order []groupKey
-	sums := map[groupKey][]benchResult{}
+	groups := map[groupKey][]benchResult{}
 	for _, r := range rs {
 		k := groupKey{r.Case.String(), r.Variant}
-		if _, ok := sums[k]; !ok {
+		if _, ok := groups[k]; !ok {
 			order = append(order, k)
 		}
-		sums[k] = append(sums[k], r)
+		groups[k] = append(groups[k], r)
 	}
 	out := map[groupKey]benchResult{}
-	for k, g := range sums {
+	for k, g := range groups {
 		m := g[0]
-		n := float64(len(g))
-		m.DowntimeMS, m.GuestGapMS, m.StopPhaseMS, m.LimitMS = 0, 0, 0, 0
-		var pages, stopBytes, total float64
-		for _, r := range g {
-			m.DowntimeMS += r.DowntimeMS / n
-			m.GuestGapMS += r.GuestGapMS / n
-			m.StopPhaseMS += r.StopPhaseMS / n
-			m.LimitMS += r.LimitMS / n
-			pages += float64(r.StopPages) / n
-			stopBytes += float64(r.StopBytes) / n
-			total += float64(r.TotalBytes) / n
+		pick := func(f func(benchResult) float64) float64 {
+			v := make([]float64, len(g))
+			for i, r := range g {
+				v[i] = f(r)
+			}
+			return median(v)
 		}
-		m.StopPages, m.StopBytes, m.TotalBytes = int(pages+0.5), uint64(stopBytes), uint64(total)
+		m.DowntimeMS = pick(func(r benchResult) float64 { return r.DowntimeMS })
+		m.GuestGapMS = pick(func(r benchResult) float64 { return r.GuestGapMS })
+		m.StopPhaseMS = pick(func(r benchResult) float64 { return r.StopPhaseMS })
+		m.LimitMS = pick(func(r benchResult) float64 { return r.LimitMS })
+		m.StopPages = int(pick(func(r benchResult) float64 { return float64(r.StopPages) }))
+		m.StopBytes = uint64(pick(func(r benchResult) float64 { return float64(r.StopBytes) }))
+		m.TotalBytes = uint64(pick(func(r benchResult) float64 { return float64(r.TotalBytes) }))
+		m.Terms = append([]termMS(nil), m.Terms...)
+		for i := range m.Terms {
+			name := m.Terms[i].Name
+			m.Terms[i].MS = pick(func(r benchResult) float64 { return r.term(name) })
+		}
 		out[k] = m
 	}
 	return order, out
@@ -143,7 +150,7 @@ func means(rs []benchResult) ([]groupKey, map[groupKey]benchResult) {
 // ratioTable sets each variant's means against stop-and-copy's in the
 // same case.
 func ratioTable(rs []benchResult) table {
-	t := table{title: "Ratios against stopcopy in the same case (means of the runs)",
+	t := table{title: "Ratios against stopcopy in the same case (medians of the runs)",
 		head: []string{"mode", "workload", "vGPU", "strategy", "downtime", "guest gap", "pages in downtime", "bytes in downtime", "all bytes sent"}}
 	order, m := means(rs)
 	for _, k := range order {
@@ -164,18 +171,19 @@ func ratioTable(rs []benchResult) table {
 // serialTable sets the pipelined stop phase against the serial one
 // (-compare-serial), case by case: before/after from one run.
 func serialTable(rs []benchResult) table {
-	t := table{title: "oneshot's stop phase: serial (scan, then send: before) against pipelined (after), means (ms)",
-		head: []string{"mode", "workload", "vGPU", "serial stop", "pipelined stop", "after/before", "serial downtime", "pipelined downtime", "after/before"}}
+	t := table{title: "Stop phase: serial (scan everything, then copy, hash and send: before) against pipelined (after), medians of the runs (ms)",
+		head: []string{"mode", "workload", "vGPU", "strategy", "serial stop", "pipelined stop", "after/before", "serial downtime", "pipelined downtime", "after/before"}}
 	order, m := means(rs)
 	for _, k := range order {
-		if k.variant != "oneshot-serial" {
+		base, ok := strings.CutSuffix(k.variant, "-serial")
+		if !ok {
 			continue
 		}
-		b, a := m[k], m[groupKey{k.caseKey, "oneshot"}]
+		b, a := m[k], m[groupKey{k.caseKey, base}]
 		if a.StopPhaseMS == 0 || b.StopPhaseMS == 0 {
 			continue
 		}
-		t.rows = append(t.rows, []string{b.Case.Mode, b.Case.Workload, sizeString(b.Case.Mem),
+		t.rows = append(t.rows, []string{b.Case.Mode, b.Case.Workload, sizeString(b.Case.Mem), base,
 			f2(b.StopPhaseMS), f2(a.StopPhaseMS), f3(a.StopPhaseMS / b.StopPhaseMS),
 			f2(b.DowntimeMS), f2(a.DowntimeMS), f3(a.DowntimeMS / b.DowntimeMS)})
 	}
@@ -211,8 +219,8 @@ func tables(f *benchFile) []table {
 		ts = append(ts, s)
 	}
 	ts = append(ts, ratesTable(f.Results))
-	if f.Overhead != nil {
-		ts = append(ts, f.Overhead.table())
+	for _, o := range f.Overhead {
+		ts = append(ts, o.table())
 	}
 	return ts
 }

@@ -26,17 +26,20 @@ func TestBenchSmall(t *testing.T) {
 	c := benchConfig{
 		out: &out, status: &status, inproc: true, mem: 4 << 20, wmem: 1 << 20, fill: 0.5, steps: 40, seed: 3, runs: 1,
 		profiles: []guest.WorkloadConfig{{}, render}, strategies: precopy.Strategies, log: zerolog.Nop(),
-		warmup: 50 * time.Millisecond, hold: 200 * time.Millisecond, outDir: t.TempDir(),
+		warmup: 50 * time.Millisecond, hold: 200 * time.Millisecond, outDir: t.TempDir(), compareSerial: true,
+		overhead: 400 * time.Millisecond, overheadProfile: render, overheadMem: 4 << 20, overheadBgRate: 1000,
 	}
 	if err := c.run(context.Background()); err != nil {
 		t.Fatalf("%v\n%s", err, status.String())
 	}
 	s := status.String()
-	if n := strings.Count(s, "digest ok"); n != 2*len(precopy.Strategies) {
-		t.Fatalf("%d runs ended with the reference digest, want %d:\n%s", n, 2*len(precopy.Strategies), s)
+	if n, want := strings.Count(s, "digest ok"), 2*(len(precopy.Strategies)+2); n != want {
+		t.Fatalf("%d runs ended with the reference digest, want %d:\n%s", n, want, s)
 	}
-	if !strings.Contains(out.String(), "Ratios against stopcopy") {
-		t.Fatalf("no comparison table:\n%s", out.String())
+	for _, want := range []string{"Ratios against stopcopy", "serial (scan everything", "Steady-state cost of dirty tracking"} {
+		if !strings.Contains(out.String(), want) {
+			t.Fatalf("no %q table:\n%s", want, out.String())
+		}
 	}
 	for _, f := range []string{"results.json", "results.md", "downtime-terms.png", "pages-in-downtime.png"} {
 		if _, err := os.Stat(filepath.Join(c.outDir, f)); err != nil {
