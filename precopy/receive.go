@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -83,6 +84,11 @@ func (d *dest) run(ctx context.Context) error {
 	return err
 }
 
+// receiveWorkers is how many goroutines check and store received pages
+// (stream.Reader.SetWorkers) while one reads the connection: a few cores'
+// worth of hashing keeps up with a loopback or 25 Gb/s link.
+var receiveWorkers = min(4, max(2, runtime.GOMAXPROCS(0)/2))
+
 // dest is one Receive's state.
 type dest struct {
 	conn    io.Reader
@@ -105,6 +111,10 @@ func (d *dest) receive(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("precopy: %w", err)
 	}
+	// Pages are checked and stored on other goroutines while the
+	// connection is read on; none may write the vGPU after we return.
+	r.SetWorkers(receiveWorkers)
+	defer r.Wait()
 	if err := d.begin(r); err != nil {
 		return err
 	}

@@ -68,6 +68,7 @@ type Reader struct {
 	stats    Stats
 	err      error
 	scratch  [RecordHeaderSize]byte // frame headers, CRCs, record headers
+	par      *parallel              // SetWorkers: the parallel PageBatch path
 }
 
 // NewReader reads and checks the stream header from r. It reads through a
@@ -114,6 +115,9 @@ func (r *Reader) Next(mem []byte) (Section, error) {
 	}
 	s, err := r.next(mem)
 	if err != nil {
+		if r.par != nil {
+			r.par.drain() // nothing writes mem once Next has failed
+		}
 		r.err = err
 		return Section{}, err
 	}
@@ -145,6 +149,11 @@ func (r *Reader) CheckEOF() error {
 }
 
 func (r *Reader) next(mem []byte) (Section, error) {
+	if r.par != nil {
+		if err := r.par.failed(); err != nil {
+			return Section{}, err
+		}
+	}
 	r.sections++
 	start := r.off
 	fh := r.scratch[:FrameHeaderSize]
@@ -167,10 +176,24 @@ func (r *Reader) next(mem []byte) (Section, error) {
 		if uint64(n) > r.lim.maxBatchPayload() {
 			return Section{}, fmt.Errorf("%w: %s: %d bytes, limit %d (%d pages)", ErrTooLarge, r.at(), n, r.lim.maxBatchPayload(), r.lim.MaxBatchPages)
 		}
+		if r.par != nil {
+			// Its CRC is read here and checked in the background.
+			if s.Pages, s.ZeroPages, err = r.readBatchParallel(mem, fh, n); err != nil {
+				return Section{}, err
+			}
+			r.stats.Bytes += uint64(FrameHeaderSize) + uint64(n) + FrameTrailerSize
+			return s, nil
+		}
 		s.Pages, s.ZeroPages, crc, err = r.readBatch(mem, n, crc)
 	case t == End:
 		if n != 0 {
 			return Section{}, fmt.Errorf("%w: %s: %d payload bytes, want 0", ErrMalformed, r.at(), n)
+		}
+		if r.par != nil {
+			// The stream is whole only once every batch is.
+			if err := r.par.drain(); err != nil {
+				return Section{}, err
+			}
 		}
 	default:
 		if n > r.lim.MaxBlob {
