@@ -24,7 +24,10 @@
 // happened. A Reader writes verified pages straight into the destination
 // partition as they arrive: on any error the caller discards the
 // destination (gmig's roll-back does), because pages of the failing batch
-// and of earlier batches may already be there.
+// and of earlier batches may already be there. With SetWorkers, a Reader
+// checks and stores pages on other goroutines while it reads on (batch
+// after batch, in stream order), and reports a bad batch at a later Next,
+// End's at the latest.
 //
 // Neither Writer nor Reader is safe for concurrent use; each belongs to the
 // goroutine that moves one vGPU.
