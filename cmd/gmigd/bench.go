@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"strconv"
@@ -67,7 +69,7 @@ type benchConfig struct {
 // benchCase is one workload on one vGPU size: every strategy migrates it.
 type benchCase struct {
 	Mode     string               `json:"mode"`  // "inproc" or "qemu"
-	Sweep    string               `json:"sweep"` // "profiles", "memory" or "rate"
+	Sweep    string               `json:"sweep"` // "profiles", "memory" or "rate", joined by "+" when a case serves several
 	Workload string               `json:"workload"`
 	Mem      uint64               `json:"mem_bytes"`
 	cfg      guest.WorkloadConfig // Workload, parsed
@@ -118,6 +120,7 @@ func cmdBench(args []string) error {
 	c.qemuCfg.flags(fs)
 	fs.StringVar(&c.outDir, "out", "", "write results.json, results.md and PNG plots here")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run here (go tool pprof)")
+	replot := fs.String("replot", "", "run nothing: read this results.json, print its tables and write results.md and the plots into -out")
 	logLevel := fs.String("log-level", "warn", "gmigd log level")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -156,6 +159,9 @@ func cmdBench(args []string) error {
 		if err := os.MkdirAll(c.outDir, 0o755); err != nil {
 			return err
 		}
+	}
+	if *replot != "" {
+		return c.replot(*replot)
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -259,14 +265,17 @@ func (c *benchConfig) workload(w guest.WorkloadConfig) guest.WorkloadConfig {
 // the rate sweep; a case that two of them share runs once.
 func (c *benchConfig) cases(mode string) []benchCase {
 	var out []benchCase
-	seen := map[string]bool{}
+	at := map[string]int{}
 	add := func(sweep string, w guest.WorkloadConfig, mem uint64) {
 		w = c.workload(w)
 		bc := benchCase{Mode: mode, Sweep: sweep, Workload: w.Spec(), Mem: mem, cfg: w}
-		if key := bc.String(); !seen[key] {
-			seen[key] = true
-			out = append(out, bc)
+		key := bc.String()
+		if i, ok := at[key]; ok {
+			out[i].Sweep += "+" + sweep // one run serves both sweeps
+			return
 		}
+		at[key] = len(out)
+		out = append(out, bc)
 	}
 	for _, w := range c.profiles {
 		add("profiles", w, c.mem)
@@ -370,6 +379,32 @@ func (c *benchConfig) run(ctx context.Context) error {
 		c.statusf("wrote %s/results.json, results.md and the plots\n", c.outDir)
 	}
 	return nil
+}
+
+// replot prints the tables of a results.json and writes its markdown and
+// plots into the output directory.
+func (c *benchConfig) replot(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var f benchFile
+	if err := json.Unmarshal(b, &f); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	writeTables(c.out, &f)
+	if c.outDir == "" {
+		return nil
+	}
+	md, err := os.Create(filepath.Join(c.outDir, "results.md"))
+	if err != nil {
+		return err
+	}
+	writeMarkdown(md, &f)
+	if err := md.Close(); err != nil {
+		return err
+	}
+	return writePlots(c.outDir, &f)
 }
 
 // statusf writes a progress line.

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -41,6 +43,11 @@ func writePlots(dir string, f *benchFile) error {
 		}
 	}
 	return nil
+}
+
+// inSweep reports whether r is an in-process result of sweep.
+func inSweep(r benchResult, sweep string) bool {
+	return r.Case.Mode == "inproc" && slices.Contains(strings.Split(r.Case.Sweep, "+"), sweep)
 }
 
 // variantsOf lists the variants among keys, in order.
@@ -96,17 +103,24 @@ func lines(title, xlabel string, order []groupKey, m map[groupKey]benchResult,
 func plotVsMemory(order []groupKey, m map[groupKey]benchResult) (*plot.Plot, error) {
 	var name string
 	keep := func(r benchResult) bool {
-		if r.Case.Sweep != "memory" || r.Case.Mode != "inproc" {
+		if !inSweep(r, "memory") {
 			return false
 		}
 		name = r.Case.Workload
 		return true
 	}
-	p, err := lines("", "vGPU memory (GiB)", order, m, keep, func(r benchResult) float64 { return float64(r.Case.Mem) / (1 << 30) })
+	var ticks []plot.Tick
+	for _, k := range order {
+		if r := m[k]; inSweep(r, "memory") {
+			g := float64(r.Case.Mem) / (1 << 30)
+			ticks = append(ticks, plot.Tick{Value: g, Label: strconv.FormatFloat(g, 'g', -1, 64)})
+		}
+	}
+	p, err := lines("", "vGPU memory (GiB, log scale)", order, m, keep, func(r benchResult) float64 { return float64(r.Case.Mem) / (1 << 30) })
 	if p != nil {
-		p.Title.Text = "Downtime vs vGPU memory: " + name + ", in process"
-		p.X.Scale = plot.LogScale{}
-		p.X.Tick.Marker = plot.LogTicks{}
+		p.Title.Text = "Downtime vs vGPU memory: " + name + ", in process (log scales)"
+		p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
+		p.X.Tick.Marker, p.Y.Tick.Marker = plot.ConstantTicks(ticks), plot.LogTicks{Prec: -1}
 	}
 	return p, err
 }
@@ -114,7 +128,7 @@ func plotVsMemory(order []groupKey, m map[groupKey]benchResult) (*plot.Plot, err
 func plotVsRate(order []groupKey, m map[groupKey]benchResult) (*plot.Plot, error) {
 	var size string
 	keep := func(r benchResult) bool {
-		if r.Case.Sweep != "rate" || r.Case.Mode != "inproc" {
+		if !inSweep(r, "rate") {
 			return false
 		}
 		size = sizeString(r.Case.Mem)
@@ -133,7 +147,7 @@ func plotStopPages(order []groupKey, m map[groupKey]benchResult) (*plot.Plot, er
 	var cases []string
 	for _, k := range order {
 		r := m[k]
-		if r.Case.Sweep == "profiles" && r.Case.Mode == "inproc" && !slices.Contains(cases, k.caseKey) {
+		if inSweep(r, "profiles") && !slices.Contains(cases, k.caseKey) {
 			cases = append(cases, k.caseKey)
 		}
 	}
@@ -179,7 +193,7 @@ func plotStopPages(order []groupKey, m map[groupKey]benchResult) (*plot.Plot, er
 func plotTerms(order []groupKey, m map[groupKey]benchResult) (*plot.Plot, error) {
 	var first string
 	for _, k := range order {
-		if r := m[k]; r.Case.Sweep == "profiles" {
+		if r := m[k]; inSweep(r, "profiles") {
 			first = r.Case.Workload + "/" + sizeString(r.Case.Mem)
 			break
 		}

@@ -162,3 +162,67 @@ func BenchmarkTCP(b *testing.B) {
 		return c, <-accepted
 	})
 }
+
+// BenchmarkTCPStop is BenchmarkTCP the way a stop phase sends and
+// receives: pages whose hashes the scan computed, written straight from
+// memory (no copy, no hash on the send path), and a reader that checks
+// and stores pages on 4 goroutines while it reads.
+func BenchmarkTCPStop(b *testing.B) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Skip("no loopback TCP:", err)
+	}
+	defer ln.Close()
+	for _, z := range zeroFracs {
+		b.Run(z.name, func(b *testing.B) {
+			mem, idx := benchMem(b, z.frac)
+			hashes := make([]uint64, len(idx))
+			for i, p := range idx {
+				hashes[i] = hashOf(mem[int(p)*PageSize : (int(p)+1)*PageSize])
+			}
+			dst := make([]byte, len(mem))
+			b.SetBytes(int64(len(mem)))
+			b.ReportAllocs()
+			for b.Loop() {
+				accepted := make(chan net.Conn, 1)
+				go func() {
+					c, _ := ln.Accept()
+					accepted <- c
+				}()
+				src, err := net.Dial("tcp", ln.Addr().String())
+				if err != nil {
+					b.Fatal(err)
+				}
+				sink := <-accepted
+				errc := make(chan error, 1)
+				go func() {
+					sw, err := NewWriter(src)
+					if err == nil {
+						_, err = sw.WritePages(idx, mem, hashes)
+					}
+					if err == nil {
+						err = sw.Close()
+					}
+					src.Close()
+					errc <- err
+				}()
+				sr, err := NewReader(sink, Limits{MaxPages: benchPages})
+				if err != nil {
+					b.Fatal(err)
+				}
+				sr.SetWorkers(4)
+				for {
+					if _, err := sr.Next(dst); err == io.EOF {
+						break
+					} else if err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := <-errc; err != nil {
+					b.Fatal(err)
+				}
+				sink.Close()
+			}
+		})
+	}
+}

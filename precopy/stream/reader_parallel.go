@@ -26,7 +26,6 @@ import (
 func (r *Reader) SetWorkers(n int) {
 	if n > 1 {
 		r.par = &parallel{sem: make(chan struct{}, n), prev: closedChan()}
-		r.par.pool.New = func() any { return make([]byte, 0, r.lim.maxBatchPayload()) }
 	}
 }
 
@@ -34,11 +33,21 @@ func (r *Reader) SetWorkers(n int) {
 type parallel struct {
 	sem  chan struct{} // a slot per batch in flight
 	prev chan struct{} // closed once the last dispatched batch is stored
-	pool sync.Pool     // payload buffers
+	pool sync.Pool     // payload buffers (*[]byte), each as large as the largest batch it held
 
 	mu  sync.Mutex
 	err error // the first failed batch's
 }
+
+// buffer returns a buffer of n bytes, reused when one is free.
+func (p *parallel) buffer(n int) []byte {
+	if b, ok := p.pool.Get().(*[]byte); ok && cap(*b) >= n {
+		return (*b)[:n]
+	}
+	return make([]byte, n)
+}
+
+func (p *parallel) put(b []byte) { p.pool.Put(&b) }
 
 func closedChan() chan struct{} {
 	c := make(chan struct{})
@@ -88,20 +97,22 @@ func (r *Reader) readBatchParallel(mem []byte, fh []byte, n uint32) (pages, zero
 		return 0, 0, err
 	}
 	crc := crc32.Update(0, castagnoli, fh) // fh is scratch: the CRC read below overwrites it
-	buf := p.pool.Get().([]byte)[:n]
+	// A buffer of the batch's size, not of the limit's (16 MiB at the
+	// default): a writer's batches are 1 MiB.
+	buf := p.buffer(int(n))
 	if err := r.readFull(buf); err != nil {
-		p.pool.Put(buf[:0])
+		p.put(buf)
 		return 0, 0, fmt.Errorf("stream: %s: reading %d payload bytes: %w", r.at(), n, err)
 	}
 	c := r.scratch[:FrameTrailerSize]
 	if err := r.readFull(c); err != nil {
-		p.pool.Put(buf[:0])
+		p.put(buf)
 		return 0, 0, fmt.Errorf("stream: reading CRC of %s: %w", r.at(), err)
 	}
 	want := le.Uint32(c)
 	recs, zeros, err := r.parseBatch(mem, buf)
 	if err != nil {
-		p.pool.Put(buf[:0])
+		p.put(buf)
 		return 0, 0, err
 	}
 	at, prev, done := r.at(), p.prev, make(chan struct{})
@@ -110,7 +121,7 @@ func (r *Reader) readBatchParallel(mem []byte, fh []byte, n uint32) (pages, zero
 	go func() {
 		defer func() { <-p.sem }()
 		defer close(done)
-		defer p.pool.Put(buf[:0])
+		defer p.put(buf)
 		// Pages first, then the CRC, as the serial path finds them.
 		for _, rc := range recs {
 			if rc.data < 0 {
