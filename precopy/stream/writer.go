@@ -17,8 +17,6 @@ type Writer struct {
 	w          io.Writer
 	batchPages int
 	buf        []byte                                   // one PageBatch frame, reused
-	hdr        []byte                                   // writeBatchFrozen: a frame's headers and CRC, reused
-	iov        net.Buffers                              // writeBatchFrozen: the frame's pieces
 	frame      [FrameHeaderSize + FrameTrailerSize]byte // a blob's frame header and CRC
 	stats      Stats
 	sentState  bool
@@ -124,27 +122,63 @@ func (w *Writer) writePages(idx []uint32, mem []byte, in, out []uint64) (Stats, 
 			return Stats{}, fmt.Errorf("%w: page %d (idx[%d]) of a %d-page partition", ErrPageIndex, p, i, npages)
 		}
 	}
+	if in != nil {
+		return w.writeFrozen(idx, mem, in)
+	}
 	var st Stats
 	for start := 0; start < len(idx); start += w.batchPages {
 		end := min(start+w.batchPages, len(idx))
-		var bin, bout []uint64
-		if in != nil {
-			bin = in[start:end]
-		}
+		var bout []uint64
 		if out != nil {
 			bout = out[start:end]
 		}
-		var bs Stats
-		var err error
-		if in != nil {
-			bs, err = w.writeBatchFrozen(idx[start:end], mem, bin)
-		} else {
-			bs, err = w.writeBatch(idx[start:end], mem, false, bin, bout)
-		}
+		bs, err := w.writeBatch(idx[start:end], mem, false, nil, bout)
 		st.add(bs)
 		if err != nil {
 			return st, err
 		}
+	}
+	return st, nil
+}
+
+// frozenBatch is one PageBatch frame of frozen pages ready to go: its
+// pieces (headers and pages where they lie, then the CRC) and its size.
+type frozenBatch struct {
+	iov net.Buffers
+	st  Stats
+}
+
+// writeFrozen writes frozen pages whose hashes are known, batch by batch,
+// without copying them: a helper goroutine builds each frame's headers
+// and CRC (a pass over the pages) one batch ahead while this one writes
+// the previous batch, so the connection is kept busy.
+func (w *Writer) writeFrozen(idx []uint32, mem []byte, hashes []uint64) (Stats, error) {
+	ready := make(chan frozenBatch, 1)
+	stop := make(chan struct{})
+	go func() {
+		defer close(ready)
+		for start := 0; start < len(idx); start += w.batchPages {
+			end := min(start+w.batchPages, len(idx))
+			select {
+			case ready <- prepareFrozen(idx[start:end], mem, hashes[start:end]):
+			case <-stop:
+				return
+			}
+		}
+	}()
+	defer func() {
+		close(stop)
+		for range ready { // let the helper go
+		}
+	}()
+	var st Stats
+	for b := range ready {
+		if _, err := b.iov.WriteTo(w.w); err != nil {
+			w.err = fmt.Errorf("stream: write failed, stream broken: %w", err)
+			return st, fmt.Errorf("stream: writing PageBatch of %d pages: %w", b.st.Pages, err)
+		}
+		w.stats.add(b.st)
+		st.add(b.st)
 	}
 	return st, nil
 }
@@ -203,18 +237,14 @@ func (w *Writer) writeBatch(idx []uint32, mem []byte, packed bool, in, out []uin
 	return st, nil
 }
 
-// writeBatchFrozen writes one PageBatch frame of frozen pages whose hashes
-// are known, without copying them: the frame goes out as its headers
-// (frame, batch and record headers, in a reused buffer) interleaved with
-// the pages where they lie in mem, then the CRC, in one vectored write.
-// The bytes are those writeBatch would send.
-func (w *Writer) writeBatchFrozen(idx []uint32, mem []byte, hashes []uint64) (Stats, error) {
-	need := FrameHeaderSize + BatchHeaderSize + len(idx)*RecordHeaderSize + FrameTrailerSize
-	if cap(w.hdr) < need {
-		w.hdr = make([]byte, 0, need)
-	}
-	b := w.hdr[:FrameHeaderSize+BatchHeaderSize]
-	iov := w.iov[:0]
+// prepareFrozen builds one PageBatch frame of frozen pages whose hashes
+// are known, without copying them: its headers (frame, batch and record
+// headers) interleaved with the pages where they lie in mem, then the
+// CRC, as pieces for one vectored write. The bytes are those writeBatch
+// would send.
+func prepareFrozen(idx []uint32, mem []byte, hashes []uint64) frozenBatch {
+	b := make([]byte, FrameHeaderSize+BatchHeaderSize, FrameHeaderSize+BatchHeaderSize+len(idx)*RecordHeaderSize+FrameTrailerSize)
+	iov := make(net.Buffers, 0, 2*len(idx)+2)
 	cut := 0 // b[cut:] is not in iov yet
 	payload := uint64(BatchHeaderSize)
 	var zeros uint64
@@ -247,18 +277,10 @@ func (w *Writer) writeBatchFrozen(idx []uint32, mem []byte, hashes []uint64) (St
 	for _, part := range iov {
 		crc = crc32.Update(crc, castagnoli, part)
 	}
-	b = le.AppendUint32(b, crc)
+	b = le.AppendUint32(b, crc) // within capacity: the pieces stay valid
 	iov = append(iov, b[len(b)-FrameTrailerSize:])
-	n := FrameHeaderSize + payload + FrameTrailerSize
-	w.iov = iov[:0]
-	bufs := iov // WriteTo consumes its receiver
-	if _, err := bufs.WriteTo(w.w); err != nil {
-		w.err = fmt.Errorf("stream: write failed, stream broken: %w", err)
-		return Stats{}, fmt.Errorf("stream: writing PageBatch of %d pages: %w", len(idx), err)
-	}
-	st := Stats{Sections: 1, Pages: uint64(len(idx)), ZeroPages: zeros, Bytes: n}
-	w.stats.add(st)
-	return st, nil
+	return frozenBatch{iov: iov, st: Stats{Sections: 1, Pages: uint64(len(idx)), ZeroPages: zeros,
+		Bytes: FrameHeaderSize + payload + FrameTrailerSize}}
 }
 
 // WriteBlob sends b as one section of blob type t (DeviceState, APILog,
