@@ -170,9 +170,7 @@ func (d *Destination) incoming(ctx context.Context, ctl net.Conn, id string) {
 		err = in.run(ctx)
 	}
 	if err != nil && !in.resumed {
-		if in.landing != nil {
-			in.landing.Discard()
-		}
+		in.discard()
 		if rerr := d.record(id, outcomeAborted, 0); rerr != nil {
 			in.log.Error().Err(rerr).Msg("recording the abort")
 		}
@@ -194,6 +192,15 @@ type arriving struct {
 	rep     precopy.Report
 	times   DestTimes
 	resumed bool // the VM runs here (whatever fails afterwards)
+	gone    bool // the landing was discarded
+}
+
+// discard removes what the migration built here, once.
+func (in *arriving) discard() {
+	if in.landing != nil && !in.gone {
+		in.gone = true
+		in.landing.Discard()
+	}
 }
 
 func (in *arriving) run(ctx context.Context) error {
@@ -328,6 +335,10 @@ func (in *arriving) resume(ctx context.Context) error {
 	vm, v := in.landing.VM(), in.landing.VGPU()
 	fail := func(what string, err error) error {
 		err = fmt.Errorf("orchestrator: %s: %w", what, err)
+		// Discarded before the source hears: it may retry at once.
+		if !in.resumed {
+			in.discard()
+		}
 		_ = in.ctl.SetWriteDeadline(time.Now().Add(t.Message))
 		_ = writeMsg(in.ctl, committed{Error: err.Error()})
 		return err
@@ -349,9 +360,13 @@ func (in *arriving) resume(ctx context.Context) error {
 	if err := in.d.record(in.id, outcomeResumed, 0); err != nil {
 		return fail("recording the commit", err)
 	}
-	v.Resume()
+	// The engine is unparked beside the VM's resume: doorbells the guest
+	// rings meanwhile are recorded and run once it is.
+	engine := make(chan struct{})
+	go func() { v.Resume(); close(engine) }()
 	in.times.EngineRun = time.Now()
 	resumed, err := vm.Resume(rctx)
+	<-engine
 	if err != nil {
 		v.Quiesce()
 		if rerr := in.d.record(in.id, outcomeAborted, 0); rerr != nil {
