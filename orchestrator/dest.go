@@ -333,8 +333,30 @@ func (in *arriving) resume(ctx context.Context) error {
 	t := in.d.opts.Timeouts
 	in.times.CommitReceived = time.Now()
 	vm, v := in.landing.VM(), in.landing.VGPU()
+	// "resumed" is recorded durably before the VM can run (from then on
+	// this destination never tells the source it did not run it); the
+	// write goes on beside the VMM's load and the front end's restore,
+	// and is waited for before cont.
+	recorded := make(chan error, 1)
+	go func() { recorded <- in.d.record(in.id, outcomeResumed, 0) }()
+	var recordErr error
+	recordDone := false
+	awaitRecord := func() error {
+		if !recordDone {
+			recordErr, recordDone = <-recorded, true
+		}
+		return recordErr
+	}
 	fail := func(what string, err error) error {
 		err = fmt.Errorf("orchestrator: %s: %w", what, err)
+		// The record may say resumed: it says aborted before anything is
+		// discarded, or the VM is kept paused for the operator.
+		if awaitRecord() == nil {
+			if rerr := in.d.record(in.id, outcomeAborted, 0); rerr != nil {
+				in.log.Error().Err(rerr).Msg("the VM did not resume here and the record says it did; the paused VM is kept")
+				in.resumed = true
+			}
+		}
 		// Discarded before the source hears: it may retry at once.
 		if !in.resumed {
 			in.discard()
@@ -355,11 +377,10 @@ func (in *arriving) resume(ctx context.Context) error {
 		return fail("restoring the vGPU's PCI front end", err)
 	}
 	in.times.FrontEnd = time.Now()
-	// Written before it is true: from here on this destination never
-	// tells the source it did not run the VM.
-	if err := in.d.record(in.id, outcomeResumed, 0); err != nil {
+	if err := awaitRecord(); err != nil {
 		return fail("recording the commit", err)
 	}
+	in.times.Recorded = time.Now()
 	// The engine is unparked beside the VM's resume: doorbells the guest
 	// rings meanwhile are recorded and run once it is.
 	engine := make(chan struct{})
@@ -369,13 +390,6 @@ func (in *arriving) resume(ctx context.Context) error {
 	<-engine
 	if err != nil {
 		v.Quiesce()
-		if rerr := in.d.record(in.id, outcomeAborted, 0); rerr != nil {
-			// The record says resumed: the source will release its VM,
-			// and this one never ran. Keep it paused for the operator.
-			in.log.Error().Err(rerr).Msg("the VM did not resume here and the record says it did; the paused VM is kept")
-			in.resumed = true
-			return fail("resuming the VM", err)
-		}
 		return fail("resuming the VM", err)
 	}
 	in.resumed = true
