@@ -250,7 +250,7 @@ func TestMigrateQEMU(t *testing.T) {
 	for _, c := range []struct {
 		machine, irq string
 		steps        int
-	}{{"pc", "intx", 150}, {"q35", "msi", 4000}} {
+	}{{"pc", "intx", 600}, {"q35", "msi", 4000}} {
 		t.Run(c.machine+"-"+c.irq, func(t *testing.T) { migrateBackAndForth(t, e, c.machine, c.irq, c.steps) })
 	}
 }
@@ -306,7 +306,7 @@ func TestMigrateQEMUFailures(t *testing.T) {
 	e := needEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*e2eTimeout())
 	defer cancel()
-	const steps = 180
+	const steps = 800
 	p := newPair(t, ctx, e)
 	p.dumpOnFailure("vm")
 	a := p.d[0]
