@@ -70,7 +70,7 @@ type testPKI struct {
 	roots *x509.CertPool
 }
 
-func newTestPKI(t *testing.T, name string) *testPKI {
+func newTestPKI(t testing.TB, name string) *testPKI {
 	t.Helper()
 	ca, err := NewCA(name, time.Hour)
 	if err != nil {
@@ -82,7 +82,7 @@ func newTestPKI(t *testing.T, name string) *testPKI {
 }
 
 // leaf issues a certificate for name with o (zero: the usual one).
-func (p *testPKI) leaf(t *testing.T, name string, o leafOptions) tls.Certificate {
+func (p *testPKI) leaf(t testing.TB, name string, o leafOptions) tls.Certificate {
 	t.Helper()
 	if o.notAfter.IsZero() {
 		now := time.Now()
@@ -101,7 +101,7 @@ func (p *testPKI) leaf(t *testing.T, name string, o leafOptions) tls.Certificate
 }
 
 // transport returns a Transport for host name, logging to log.
-func (p *testPKI) transport(t *testing.T, name string, log *logBuffer, o Options) *Transport {
+func (p *testPKI) transport(t testing.TB, name string, log *logBuffer, o Options) *Transport {
 	t.Helper()
 	o.Log = log.logger()
 	tr, err := New(p.leaf(t, name, leafOptions{}), p.roots, o)
