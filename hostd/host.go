@@ -275,6 +275,18 @@ func (h *Host) Destroy(name string) error {
 	return h.shutdown(s)
 }
 
+// destroyServed destroys vGPU name if it is still s.
+func (h *Host) destroyServed(name string, s *served) error {
+	h.mu.Lock()
+	if h.vgpus[name] != s {
+		h.mu.Unlock()
+		return fmt.Errorf("%w: %s", ErrNotFound, name)
+	}
+	delete(h.vgpus, name)
+	h.mu.Unlock()
+	return h.shutdown(s)
+}
+
 func (h *Host) shutdown(s *served) error {
 	s.stop()
 	serr := <-s.done

@@ -67,7 +67,8 @@ const (
 	TermCommit     = "commit"              // the commit's way to the destination
 	TermLoad       = "vmm load"            // destination VMM finishes loading
 	TermFrontEnd   = "front-end restore"   // PCI config replayed into the VMM
-	TermEngine     = "engine resume"       // the vGPU's engine runs again
+	TermRecord     = "commit record"       // the rest of the durable commit record's write
+	TermEngine     = "engine resume"       // the vGPU's engine is told to run
 	TermResume     = "vm resume"           // the VMM runs the VM
 )
 
@@ -96,7 +97,8 @@ func terms(s sourceTimes, st precopy.StopReport, d DestTimes) (out []Term, skew 
 		{TermCommit, d.CommitReceived.Sub(s.switched)},
 		{TermLoad, d.Loaded.Sub(d.CommitReceived)},
 		{TermFrontEnd, d.FrontEnd.Sub(d.Loaded)},
-		{TermEngine, d.EngineRun.Sub(d.FrontEnd)},
+		{TermRecord, d.Recorded.Sub(d.FrontEnd)},
+		{TermEngine, d.EngineRun.Sub(d.Recorded)},
 		{TermResume, d.Resumed.Sub(d.EngineRun)},
 	}
 	for _, t := range out {
