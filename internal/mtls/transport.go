@@ -15,7 +15,7 @@ import (
 
 // Defaults for Options.
 const (
-	// DefaultHandshakeTimeout bounds one TLS handshake, accepted or dialled.
+	// DefaultHandshakeTimeout bounds an accepted connection's handshake.
 	// A handshake is two round trips and a few signatures: milliseconds.
 	DefaultHandshakeTimeout = 10 * time.Second
 	// DefaultDialTimeout bounds a dial, TCP connect and handshake together.
