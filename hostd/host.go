@@ -40,7 +40,8 @@ type Config struct {
 	// Sims holds the in-process simulated VMs that migrations of kind
 	// "sim" move (gmigd demo and bench); nil: such migrations are refused.
 	Sims *sim.Registry
-	// Transport connects to peers for migrations (nil: TCP).
+	// Transport connects to peers for migrations, both ways (nil: plain
+	// TCP; gmigd serve gives it internal/mtls's mutual TLS).
 	Transport orchestrator.Transport
 	// Timeouts bound the migration conversation (zero: the defaults).
 	Timeouts orchestrator.Timeouts
