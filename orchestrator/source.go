@@ -282,6 +282,10 @@ func (m *outgoing) live(ctx context.Context, incoming string) error {
 // stop runs the vGPU's stop phase with the VM paused.
 func (m *outgoing) stop(ctx context.Context) error {
 	m.progress.enter(PhaseStop)
+	// The VM is paused: a destination that stops answering (its verdict
+	// lost on a stalled connection) must not keep it so.
+	ctx, cancel := context.WithTimeout(ctx, m.Timeouts.Decision)
+	defer cancel()
 	m.times.stopStart = time.Now()
 	rep, err := m.src.Stop(ctx)
 	m.times.stopEnd = time.Now()
