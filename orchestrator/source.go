@@ -363,8 +363,10 @@ func (m *outgoing) finish(ctx context.Context, d DestTimes) {
 		m.rep.PausedAt, m.rep.ResumedAt = m.times.paused.Round(0), d.Resumed.Round(0)
 		m.rep.Downtime = m.rep.ResumedAt.Sub(m.rep.PausedAt)
 		m.rep.Terms, m.rep.ClockSkewSuspect = terms(m.times, m.rep.Precopy.Stop, d)
+		// Only an answered commit leaves a control connection that the
+		// destination's first heartbeat comes on.
+		m.guestGap()
 	}
-	m.guestGap()
 }
 
 // guestGap reads the destination's first heartbeat after the resume and
