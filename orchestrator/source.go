@@ -454,13 +454,15 @@ func Resolve(ctx context.Context, t Transport, peer, id string, timeout time.Dur
 	var last error
 	for {
 		state, err := query(ctx, t, peer, id)
-		if err == nil && state != outcomePending {
+		switch {
+		case err == nil && state != outcomePending:
 			return state, nil
-		}
-		if err != nil {
-			last = err
-		} else {
+		case err == nil:
 			last = errors.New("the destination has not decided yet")
+		case last == nil || ctx.Err() == nil:
+			// An attempt the deadline cut short says less than the one
+			// before it.
+			last = err
 		}
 		select {
 		case <-ctx.Done():
