@@ -266,7 +266,7 @@ func (in *arriving) run(ctx context.Context) error {
 		return err
 	}
 	cancel()
-	dec, err := in.decision(early, decided)
+	dec, err := in.decision(ctx, early, decided)
 	if err != nil {
 		return err
 	}
@@ -282,8 +282,9 @@ type decisionResult struct {
 }
 
 // decision waits for the source's decision after the verdict, bounded by
-// the decision timeout; a dropped connection or the timeout is an abort.
-func (in *arriving) decision(early, decided <-chan decisionResult) (decision, error) {
+// the decision timeout and ctx (Serve's: this gmigd shutting down); a
+// dropped connection, the timeout or ctx's end is an abort.
+func (in *arriving) decision(ctx context.Context, early, decided <-chan decisionResult) (decision, error) {
 	var r decisionResult
 	select {
 	case r = <-early:
@@ -293,6 +294,8 @@ func (in *arriving) decision(early, decided <-chan decisionResult) (decision, er
 		case r = <-decided:
 		case <-time.After(in.d.opts.Timeouts.Decision):
 			return decision{}, errors.New("orchestrator: no decision from the source in time")
+		case <-ctx.Done():
+			return decision{}, fmt.Errorf("orchestrator: waiting for the source's decision: %w", ctx.Err())
 		}
 	}
 	if r.err != nil {
