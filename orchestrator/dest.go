@@ -70,7 +70,12 @@ type Destination struct {
 	data map[string]chan net.Conn // migrations waiting for their stream
 }
 
-// outcomeKeep is how long a migration's outcome is kept for queries.
+// outcomeKeep is how long MemoryOutcomes keeps an aborted migration's
+// outcome for queries; once forgotten it reads "unknown", which tells the
+// source the same: the VM does not run here. A resumed or pending one is
+// kept for the life of the instance: forgotten, it would read "unknown"
+// too, and a source still asking would resume a VM that runs (or is about
+// to run) here.
 const outcomeKeep = 30 * time.Minute
 
 // NewDestination returns a Destination for h.
