@@ -70,7 +70,12 @@ type Destination struct {
 	data map[string]chan net.Conn // migrations waiting for their stream
 }
 
-// outcomeKeep is how long a migration's outcome is kept for queries.
+// outcomeKeep is how long MemoryOutcomes keeps an aborted migration's
+// outcome for queries; once forgotten it reads "unknown", which tells the
+// source the same: the VM does not run here. A resumed or pending one is
+// kept for the life of the instance: forgotten, it would read "unknown"
+// too, and a source still asking would resume a VM that runs (or is about
+// to run) here.
 const outcomeKeep = 30 * time.Minute
 
 // NewDestination returns a Destination for h.
@@ -266,7 +271,7 @@ func (in *arriving) run(ctx context.Context) error {
 		return err
 	}
 	cancel()
-	dec, err := in.decision(early, decided)
+	dec, err := in.decision(ctx, early, decided)
 	if err != nil {
 		return err
 	}
@@ -282,8 +287,9 @@ type decisionResult struct {
 }
 
 // decision waits for the source's decision after the verdict, bounded by
-// the decision timeout; a dropped connection or the timeout is an abort.
-func (in *arriving) decision(early, decided <-chan decisionResult) (decision, error) {
+// the decision timeout and ctx (Serve's: this gmigd shutting down); a
+// dropped connection, the timeout or ctx's end is an abort.
+func (in *arriving) decision(ctx context.Context, early, decided <-chan decisionResult) (decision, error) {
 	var r decisionResult
 	select {
 	case r = <-early:
@@ -293,6 +299,8 @@ func (in *arriving) decision(early, decided <-chan decisionResult) (decision, er
 		case r = <-decided:
 		case <-time.After(in.d.opts.Timeouts.Decision):
 			return decision{}, errors.New("orchestrator: no decision from the source in time")
+		case <-ctx.Done():
+			return decision{}, fmt.Errorf("orchestrator: waiting for the source's decision: %w", ctx.Err())
 		}
 	}
 	if r.err != nil {
