@@ -1,6 +1,6 @@
 // Package dirty finds the graphics-memory pages of one vGPU that changed
-// since they were sent to a migration destination (DESIGN.md, "Dirty
-// detection and downtime"; the gMig lineage).
+// since they were sent to a migration destination (docs/migration-protocol.md
+// §6; the gMig lineage).
 //
 // GPU page tables have no dirty bits and the guest CPU writes graphics
 // memory through an untrapped aperture (docs/device-abi.md §1), so the only

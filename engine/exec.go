@@ -64,19 +64,15 @@ func (e *Engine) step() {
 	if len(res.wrote) > 0 {
 		e.cfg.Events.Wrote(res.wrote)
 	}
-	if res.fenced {
-		e.mu.Lock()
-		e.r.fenceDone = res.fence
-		e.mu.Unlock()
-		e.cfg.Events.FenceCompleted(res.fence, res.interrupt)
-	}
 	if res.code != 0 {
 		f := Fault{Code: res.code, RingOffset: p.head, Opcode: res.op, Err: res.err}
 		e.log.Debug().Uint32("code", f.Code).Uint32("ring_offset", f.RingOffset).
 			Uint16("opcode", f.Opcode).Bool("batch_dropped", res.drop).Err(f.Err).Msg("engine: command failed")
 		e.cfg.Events.Faulted(f)
 	}
-
+	// Retire: RING_HEAD, CMDS_DONE and FENCE_DONE move together, so a
+	// guest that sees the fence also sees the command counted (and the
+	// error, reported above, before either).
 	e.mu.Lock()
 	if e.r.gen == p.gen { // else the ring was restarted under the command
 		if res.drop {
@@ -86,6 +82,14 @@ func (e *Engine) step() {
 		}
 	}
 	e.r.cmdsDone++
+	if res.fenced {
+		e.r.fenceDone = res.fence
+	}
+	e.mu.Unlock()
+	if res.fenced {
+		e.cfg.Events.FenceCompleted(res.fence, res.interrupt)
+	}
+	e.mu.Lock()
 	e.executing = false
 	e.notifyIdleLocked()
 	e.mu.Unlock()

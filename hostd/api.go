@@ -9,6 +9,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/gmig-dev/gmig/hostd/qemu"
@@ -121,16 +123,24 @@ func writeError(w http.ResponseWriter, err error) {
 	writeJSON(w, code, map[string]string{"error": err.Error()})
 }
 
-// ListenAPI opens the control socket at path, replacing a stale one.
+// ListenAPI opens the control socket at path, replacing a stale one. The
+// socket is 0600 and owned by this process's user whatever the umask: it
+// is bound inside a private (0700) directory, made 0600 there and only
+// then renamed into place, so no other user can connect at any moment. It
+// is checked after the rename; closing the listener removes it.
 func (h *Host) ListenAPI(path string) (net.Listener, error) {
 	if err := removeStaleSocket(path); err != nil {
 		return nil, err
 	}
-	l, err := net.Listen("unix", path)
+	if fi, err := os.Stat(filepath.Dir(path)); err == nil && fi.Mode().Perm()&0o002 != 0 {
+		h.log.Warn().Str("dir", filepath.Dir(path)).Str("mode", fi.Mode().Perm().String()).
+			Msg("the control socket's directory is writable by all users: another user could replace the socket")
+	}
+	l, err := listenPrivate(path)
 	if err != nil {
 		return nil, fmt.Errorf("hostd: control socket: %w", err)
 	}
-	h.log.Info().Str("socket", path).Msg("control API listening")
+	h.log.Info().Str("socket", path).Str("mode", "0600").Msg("control API listening")
 	return l, nil
 }
 

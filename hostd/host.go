@@ -40,7 +40,8 @@ type Config struct {
 	// Sims holds the in-process simulated VMs that migrations of kind
 	// "sim" move (gmigd demo and bench); nil: such migrations are refused.
 	Sims *sim.Registry
-	// Transport connects to peers for migrations (nil: TCP).
+	// Transport connects to peers for migrations, both ways (nil: plain
+	// TCP; gmigd serve gives it internal/mtls's mutual TLS).
 	Transport orchestrator.Transport
 	// Timeouts bound the migration conversation (zero: the defaults).
 	Timeouts orchestrator.Timeouts
@@ -271,6 +272,18 @@ func (h *Host) Destroy(name string) error {
 	if !ok {
 		return fmt.Errorf("%w: %s", ErrNotFound, name)
 	}
+	return h.shutdown(s)
+}
+
+// destroyServed destroys vGPU name if it is still s.
+func (h *Host) destroyServed(name string, s *served) error {
+	h.mu.Lock()
+	if h.vgpus[name] != s {
+		h.mu.Unlock()
+		return fmt.Errorf("%w: %s", ErrNotFound, name)
+	}
+	delete(h.vgpus, name)
+	h.mu.Unlock()
 	return h.shutdown(s)
 }
 

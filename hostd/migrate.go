@@ -293,7 +293,8 @@ func (l *landing) Discard() {
 			l.rec.console.Close()
 		}
 	}
-	if err := l.h.Destroy(l.name); err != nil && !errors.Is(err, ErrNotFound) {
+	// This landing's vGPU only: the name may already be another's.
+	if err := l.h.destroyServed(l.name, l.s); err != nil && !errors.Is(err, ErrNotFound) {
 		l.h.log.Warn().Err(err).Str("vgpu", l.name).Msg("discarding an arriving vGPU")
 	}
 }

@@ -3,7 +3,11 @@ package hostd
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -357,5 +361,54 @@ func TestMigrateFailureKeepsSource(t *testing.T) {
 	}
 	if _, err := src.MigrateVM(ctx, "nope", dst.addr, MigrateOptions{}); !errors.Is(err, ErrNoVM) {
 		t.Fatalf("migrating an unknown VM: %v", err)
+	}
+}
+
+// TestMetrics: after a migration the source's metrics count it and carry
+// its downtime and stop pages, the destination's count its arrival, and
+// every vGPU's counters are there.
+func TestMetrics(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sims := &sim.Registry{}
+	a, b := newMigHost(t, ctx, sims, true), newMigHost(t, ctx, sims, false)
+	vm, _, done := startSimVM(t, ctx, a, sims, 4<<20)
+	defer vm.Close()
+	rep, err := a.MigrateVM(ctx, "vm", b.addr, MigrateOptions{Progress: midWorkload(t, ctx, vm, 60)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-b.arrivals
+	vm.Pace(0)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	scrape := func(h *Host) string {
+		rec := httptest.NewRecorder()
+		h.MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+		if rec.Code != http.StatusOK {
+			t.Fatalf("metrics: status %d", rec.Code)
+		}
+		return rec.Body.String()
+	}
+	src, dst := scrape(a.Host), scrape(b.Host)
+	for _, want := range []string{
+		`gmig_migrations_total{result="started",role="source"} 1`,
+		`gmig_migrations_total{result="ok",role="source"} 1`,
+		fmt.Sprintf("gmig_last_downtime_seconds %g", rep.Downtime.Seconds()),
+		`gmig_last_stop_dirty_pages{source="engine"}`,
+		`gmig_vgpu_faults_total{vgpu="filler"} 0`,
+	} {
+		if !strings.Contains(src, want) {
+			t.Errorf("source metrics lack %q:\n%s", want, src)
+		}
+	}
+	for _, want := range []string{
+		`gmig_migrations_total{result="ok",role="destination"} 1`,
+		`gmig_vgpu_fences_total{vgpu="vm"}`,
+	} {
+		if !strings.Contains(dst, want) {
+			t.Errorf("destination metrics lack %q:\n%s", want, dst)
+		}
 	}
 }

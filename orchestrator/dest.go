@@ -70,7 +70,12 @@ type Destination struct {
 	data map[string]chan net.Conn // migrations waiting for their stream
 }
 
-// outcomeKeep is how long a migration's outcome is kept for queries.
+// outcomeKeep is how long MemoryOutcomes keeps an aborted migration's
+// outcome for queries; once forgotten it reads "unknown", which tells the
+// source the same: the VM does not run here. A resumed or pending one is
+// kept for the life of the instance: forgotten, it would read "unknown"
+// too, and a source still asking would resume a VM that runs (or is about
+// to run) here.
 const outcomeKeep = 30 * time.Minute
 
 // NewDestination returns a Destination for h.
@@ -170,9 +175,7 @@ func (d *Destination) incoming(ctx context.Context, ctl net.Conn, id string) {
 		err = in.run(ctx)
 	}
 	if err != nil && !in.resumed {
-		if in.landing != nil {
-			in.landing.Discard()
-		}
+		in.discard()
 		if rerr := d.record(id, outcomeAborted, 0); rerr != nil {
 			in.log.Error().Err(rerr).Msg("recording the abort")
 		}
@@ -194,6 +197,15 @@ type arriving struct {
 	rep     precopy.Report
 	times   DestTimes
 	resumed bool // the VM runs here (whatever fails afterwards)
+	gone    bool // the landing was discarded
+}
+
+// discard removes what the migration built here, once.
+func (in *arriving) discard() {
+	if in.landing != nil && !in.gone {
+		in.gone = true
+		in.landing.Discard()
+	}
 }
 
 func (in *arriving) run(ctx context.Context) error {
@@ -259,7 +271,7 @@ func (in *arriving) run(ctx context.Context) error {
 		return err
 	}
 	cancel()
-	dec, err := in.decision(early, decided)
+	dec, err := in.decision(ctx, early, decided)
 	if err != nil {
 		return err
 	}
@@ -275,8 +287,9 @@ type decisionResult struct {
 }
 
 // decision waits for the source's decision after the verdict, bounded by
-// the decision timeout; a dropped connection or the timeout is an abort.
-func (in *arriving) decision(early, decided <-chan decisionResult) (decision, error) {
+// the decision timeout and ctx (Serve's: this gmigd shutting down); a
+// dropped connection, the timeout or ctx's end is an abort.
+func (in *arriving) decision(ctx context.Context, early, decided <-chan decisionResult) (decision, error) {
 	var r decisionResult
 	select {
 	case r = <-early:
@@ -286,6 +299,8 @@ func (in *arriving) decision(early, decided <-chan decisionResult) (decision, er
 		case r = <-decided:
 		case <-time.After(in.d.opts.Timeouts.Decision):
 			return decision{}, errors.New("orchestrator: no decision from the source in time")
+		case <-ctx.Done():
+			return decision{}, fmt.Errorf("orchestrator: waiting for the source's decision: %w", ctx.Err())
 		}
 	}
 	if r.err != nil {
@@ -326,8 +341,34 @@ func (in *arriving) resume(ctx context.Context) error {
 	t := in.d.opts.Timeouts
 	in.times.CommitReceived = time.Now()
 	vm, v := in.landing.VM(), in.landing.VGPU()
+	// "resumed" is recorded durably before the VM can run (from then on
+	// this destination never tells the source it did not run it); the
+	// write goes on beside the VMM's load and the front end's restore,
+	// and is waited for before cont.
+	recorded := make(chan error, 1)
+	go func() { recorded <- in.d.record(in.id, outcomeResumed, 0) }()
+	var recordErr error
+	recordDone := false
+	awaitRecord := func() error {
+		if !recordDone {
+			recordErr, recordDone = <-recorded, true
+		}
+		return recordErr
+	}
 	fail := func(what string, err error) error {
 		err = fmt.Errorf("orchestrator: %s: %w", what, err)
+		// The record may say resumed: it says aborted before anything is
+		// discarded, or the VM is kept paused for the operator.
+		if awaitRecord() == nil {
+			if rerr := in.d.record(in.id, outcomeAborted, 0); rerr != nil {
+				in.log.Error().Err(rerr).Msg("the VM did not resume here and the record says it did; the paused VM is kept")
+				in.resumed = true
+			}
+		}
+		// Discarded before the source hears: it may retry at once.
+		if !in.resumed {
+			in.discard()
+		}
 		_ = in.ctl.SetWriteDeadline(time.Now().Add(t.Message))
 		_ = writeMsg(in.ctl, committed{Error: err.Error()})
 		return err
@@ -344,23 +385,19 @@ func (in *arriving) resume(ctx context.Context) error {
 		return fail("restoring the vGPU's PCI front end", err)
 	}
 	in.times.FrontEnd = time.Now()
-	// Written before it is true: from here on this destination never
-	// tells the source it did not run the VM.
-	if err := in.d.record(in.id, outcomeResumed, 0); err != nil {
+	if err := awaitRecord(); err != nil {
 		return fail("recording the commit", err)
 	}
-	v.Resume()
+	in.times.Recorded = time.Now()
+	// The engine is unparked beside the VM's resume: doorbells the guest
+	// rings meanwhile are recorded and run once it is.
+	engine := make(chan struct{})
+	go func() { v.Resume(); close(engine) }()
 	in.times.EngineRun = time.Now()
 	resumed, err := vm.Resume(rctx)
+	<-engine
 	if err != nil {
 		v.Quiesce()
-		if rerr := in.d.record(in.id, outcomeAborted, 0); rerr != nil {
-			// The record says resumed: the source will release its VM,
-			// and this one never ran. Keep it paused for the operator.
-			in.log.Error().Err(rerr).Msg("the VM did not resume here and the record says it did; the paused VM is kept")
-			in.resumed = true
-			return fail("resuming the VM", err)
-		}
 		return fail("resuming the VM", err)
 	}
 	in.resumed = true

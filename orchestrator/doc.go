@@ -2,8 +2,8 @@
 // its vGPU between two gmigd, on both sides, written once against two small
 // interfaces: the VM (SourceVM, DestVM: QEMU over QMP in hostd/qemu, the
 // in-process simulator in hostd) and the Transport between the two gmigd
-// (TCP; mutual TLS slots in there). gmigd migrate, gmigd demo and gmigd
-// bench all run this sequence (docs/migration-protocol.md).
+// (TCP, or mutual TLS from package internal/mtls). gmigd migrate, gmigd
+// demo and gmigd bench all run this sequence (docs/migration-protocol.md).
 //
 // # The sequence
 //

@@ -16,8 +16,9 @@ type Timeouts struct {
 	// after it said ready.
 	Data time.Duration
 	// Decision bounds the destination's wait for the source's decision
-	// after its verdict (the source's VMM switchover runs in between), and
-	// the source's wait for the destination's answer to its commit.
+	// after its verdict (the source's VMM switchover runs in between), the
+	// source's stop phase (the VM paused, up to the verdict) and the
+	// source's wait for the destination's answer to its commit.
 	Decision time.Duration
 	// Resolve bounds how long a source whose commit went unanswered keeps
 	// asking the destination what became of it before it gives up with

@@ -39,7 +39,7 @@ type MemoryOutcomes struct {
 	m  map[string]Outcome
 }
 
-// Save keeps o, forgetting outcomes older than outcomeKeep.
+// Save keeps o, forgetting aborted outcomes older than outcomeKeep.
 func (s *MemoryOutcomes) Save(id string, o Outcome) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -47,7 +47,7 @@ func (s *MemoryOutcomes) Save(id string, o Outcome) error {
 		s.m = map[string]Outcome{}
 	}
 	for k, v := range s.m {
-		if time.Since(v.At) > outcomeKeep {
+		if v.State == outcomeAborted && time.Since(v.At) > outcomeKeep {
 			delete(s.m, k)
 		}
 	}

@@ -43,7 +43,7 @@ type reporter struct {
 	start   time.Time
 	total   uint64
 	id      string
-	emitMu  sync.Mutex // calls of fn never overlap
+	emitMu  sync.Mutex // held from a snapshot to its delivery: calls of fn never overlap, nor reorder
 	mu      sync.Mutex
 	phase   string
 	last    time.Time
@@ -95,6 +95,10 @@ func (r *reporter) emit() {
 	if r.fn == nil {
 		return
 	}
+	// Snapshots reach fn in the order they are taken: a periodic one
+	// taken before a phase change never arrives after it.
+	r.emitMu.Lock()
+	defer r.emitMu.Unlock()
 	r.mu.Lock()
 	now := time.Now()
 	p := Progress{ID: r.id, Phase: r.phase, Elapsed: now.Sub(r.start), TotalPages: r.total}
@@ -109,9 +113,7 @@ func (r *reporter) emit() {
 	if r.vmm != nil {
 		p.VMM = r.vmm()
 	}
-	r.emitMu.Lock()
 	r.fn(p)
-	r.emitMu.Unlock()
 }
 
 // close stops the periodic snapshots.

@@ -67,7 +67,8 @@ const (
 	TermCommit     = "commit"              // the commit's way to the destination
 	TermLoad       = "vmm load"            // destination VMM finishes loading
 	TermFrontEnd   = "front-end restore"   // PCI config replayed into the VMM
-	TermEngine     = "engine resume"       // the vGPU's engine runs again
+	TermRecord     = "commit record"       // the rest of the durable commit record's write
+	TermEngine     = "engine resume"       // the vGPU's engine is told to run
 	TermResume     = "vm resume"           // the VMM runs the VM
 )
 
@@ -82,21 +83,31 @@ func terms(s sourceTimes, st precopy.StopReport, d DestTimes) (out []Term, skew 
 	// Wall-clock readings only: the destination's came over the wire
 	// without Go's monotonic reading, and differences must telescope.
 	s.paused, s.stopStart, s.stopEnd, s.switched = s.paused.Round(0), s.stopStart.Round(0), s.stopEnd.Round(0), s.switched.Round(0)
+	// The stop phase's own parts come one after the other on the source
+	// (quiesce, scan, transfer), then its wait for the verdict, inside
+	// which the destination restored and replayed. The destination may
+	// start restoring a moment before the source's last write returns:
+	// restore and replay are clipped to the wait, so no two terms ever
+	// overlap and none is negative.
 	stop := s.stopEnd.Sub(s.stopStart)
-	inStop := st.Quiesce + st.Scan + st.Transfer + st.Restore + st.Replay
+	transfer := min(st.Transfer, max(stop-st.Quiesce-st.Scan, 0))
+	wait := max(stop-st.Quiesce-st.Scan-transfer, 0)
+	restore := min(st.Restore, wait)
+	replay := min(st.Replay, wait-restore)
 	out = []Term{
 		{TermPause, s.stopStart.Sub(s.paused)},
 		{TermQuiesce, st.Quiesce},
 		{TermScan, st.Scan},
-		{TermTransfer, st.Transfer},
-		{TermRestore, st.Restore},
-		{TermReplay, st.Replay},
-		{TermVerdict, stop - inStop},
+		{TermTransfer, transfer},
+		{TermRestore, restore},
+		{TermReplay, replay},
+		{TermVerdict, stop - st.Quiesce - st.Scan - transfer - restore - replay},
 		{TermSwitchover, s.switched.Sub(s.stopEnd)},
 		{TermCommit, d.CommitReceived.Sub(s.switched)},
 		{TermLoad, d.Loaded.Sub(d.CommitReceived)},
 		{TermFrontEnd, d.FrontEnd.Sub(d.Loaded)},
-		{TermEngine, d.EngineRun.Sub(d.FrontEnd)},
+		{TermRecord, d.Recorded.Sub(d.FrontEnd)},
+		{TermEngine, d.EngineRun.Sub(d.Recorded)},
 		{TermResume, d.Resumed.Sub(d.EngineRun)},
 	}
 	for _, t := range out {

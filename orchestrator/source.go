@@ -282,6 +282,10 @@ func (m *outgoing) live(ctx context.Context, incoming string) error {
 // stop runs the vGPU's stop phase with the VM paused.
 func (m *outgoing) stop(ctx context.Context) error {
 	m.progress.enter(PhaseStop)
+	// The VM is paused: a destination that stops answering (its verdict
+	// lost on a stalled connection) must not keep it so.
+	ctx, cancel := context.WithTimeout(ctx, m.Timeouts.Decision)
+	defer cancel()
 	m.times.stopStart = time.Now()
 	rep, err := m.src.Stop(ctx)
 	m.times.stopEnd = time.Now()
@@ -359,8 +363,10 @@ func (m *outgoing) finish(ctx context.Context, d DestTimes) {
 		m.rep.PausedAt, m.rep.ResumedAt = m.times.paused.Round(0), d.Resumed.Round(0)
 		m.rep.Downtime = m.rep.ResumedAt.Sub(m.rep.PausedAt)
 		m.rep.Terms, m.rep.ClockSkewSuspect = terms(m.times, m.rep.Precopy.Stop, d)
+		// Only an answered commit leaves a control connection that the
+		// destination's first heartbeat comes on.
+		m.guestGap()
 	}
-	m.guestGap()
 }
 
 // guestGap reads the destination's first heartbeat after the resume and
@@ -448,13 +454,15 @@ func Resolve(ctx context.Context, t Transport, peer, id string, timeout time.Dur
 	var last error
 	for {
 		state, err := query(ctx, t, peer, id)
-		if err == nil && state != outcomePending {
+		switch {
+		case err == nil && state != outcomePending:
 			return state, nil
-		}
-		if err != nil {
-			last = err
-		} else {
+		case err == nil:
 			last = errors.New("the destination has not decided yet")
+		case last == nil || ctx.Err() == nil:
+			// An attempt the deadline cut short says less than the one
+			// before it.
+			last = err
 		}
 		select {
 		case <-ctx.Done():

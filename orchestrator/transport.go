@@ -7,9 +7,11 @@ import (
 	"time"
 )
 
-// Transport connects two gmigd for migrations. TCP is the default; mutual
-// TLS slots in here (both Dial and Listen return connections that
-// authenticate the peer before anything is read from them).
+// Transport connects two gmigd for migrations. TCP is the plain one (the
+// default of a nil Transport, and gmigd's with -insecure-migrations);
+// package internal/mtls is mutual TLS, gmigd's default: its Dial and Listen
+// return only connections whose peer is authenticated, before anything is
+// read from them.
 type Transport interface {
 	Dial(ctx context.Context, addr string) (net.Conn, error)
 	Listen(addr string) (net.Listener, error)

@@ -73,7 +73,8 @@ type DestTimes struct {
 	CommitReceived time.Time `json:"commit_received"`
 	Loaded         time.Time `json:"loaded"`     // the VMM had loaded the VM
 	FrontEnd       time.Time `json:"front_end"`  // the front end was restored
-	EngineRun      time.Time `json:"engine_run"` // the vGPU's engine runs
+	Recorded       time.Time `json:"recorded"`   // the commit is on disk (written beside the load)
+	EngineRun      time.Time `json:"engine_run"` // the vGPU's engine is told to run
 	Resumed        time.Time `json:"resumed"`    // the VM runs (the VMM's own timestamp)
 	ConfigWrites   int       `json:"config_writes"`
 }

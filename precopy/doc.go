@@ -1,7 +1,7 @@
 // Package precopy is gmig's migration engine: it moves one running vGPU —
 // graphics memory, device state and the API log — from a source gmigd to a
-// destination gmigd over one connection (DESIGN.md, "Migration with QEMU"
-// and "Dirty detection and downtime"; the gMig lineage).
+// destination gmigd over one connection (docs/migration-protocol.md; the gMig
+// lineage).
 //
 // # Strategies
 //

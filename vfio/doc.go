@@ -63,8 +63,8 @@
 // wrapping unix.EBUSY. Beyond maxWaitingClients (4) connections waiting
 // at once, more are closed unanswered. The served client is never affected.
 //
-// Behaviour QEMU 11.1's client depends on is recorded in
-// shared/notes/qemu-vfio-user.md and cited where the code follows it.
+// Behaviour QEMU 11.1's client depends on is recorded in docs/testing.md
+// ("QEMU 11.1 and vfio-user") and cited where the code follows it.
 //
 // # Concurrency and lock order
 //

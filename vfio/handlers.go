@@ -103,7 +103,7 @@ func handleDeviceGetInfo(s *session, m *message) ([]byte, []*os.File, error) {
 	return reply.Append(newFrame(DeviceInfoMsgSize)), nil, nil
 }
 
-// handleGetRegionInfo answers as QEMU 11.1 needs (notes/qemu-vfio-user.md):
+// handleGetRegionInfo answers as QEMU 11.1 needs (docs/testing.md, "QEMU 11.1 and vfio-user"):
 // to an argsz too small for the capabilities, the needed argsz with neither
 // the CAPS flag nor a capability offset and no descriptor; to a full argsz,
 // the sparse-mmap capability when the device lists areas, and the region's

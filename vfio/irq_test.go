@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// setupINTx replays QEMU 11.1's INTx sequence (notes/qemu-vfio-user.md):
+// setupINTx replays QEMU 11.1's INTx sequence (docs/testing.md, "QEMU 11.1 and vfio-user"):
 // TRIGGER with an eventfd, MASK, UNMASK with a second (resample) eventfd,
 // UNMASK. It returns the test's ends of both eventfds.
 func setupINTx(t *testing.T, tab *IRQTable) (trigger, unmask *os.File) {

@@ -122,7 +122,7 @@ func TestVersionRoundTrip(t *testing.T) {
 	if v != (VersionMsg{}) || !reflect.DeepEqual(caps, clientCaps) {
 		t.Errorf("got %+v %+v", v, caps)
 	}
-	// QEMU 11.1's proposal (notes/qemu-vfio-user.md), migration included.
+	// QEMU 11.1's proposal (docs/testing.md, "QEMU 11.1 and vfio-user"), migration included.
 	qemu := `{"capabilities":{"migration":{"max_bitmap_size":268435456,"pgsize":4096},"max_msg_fds":16,` +
 		`"max_data_xfer_size":1048576,"pgsizes":4096,"max_dma_maps":65535,"write_multiple":true}}`
 	_, caps, err = decodeVersion(append(append(VersionMsg{}.Append(nil), qemu...), 0))

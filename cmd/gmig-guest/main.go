@@ -5,15 +5,19 @@
 // and reports over the serial console.
 //
 // It runs, in order: a measurement of trapped MMIO and doorbell round trips;
-// the correctness suite (polling, then interrupts through uio_pci_generic);
+// the correctness suite (polling, then with interrupts: -irq=intx, the
+// default, takes INTx through uio_pci_generic; -irq=msi takes MSI through
+// vfio-pci; -irq=none only polls);
 // and, with -steps, a seeded workload that writes HEARTBEAT every -heartbeat
 // so the host can time the guest's pauses with its own clock, ending with
 // the workload's graphics-memory digest.
 //
 // As PID 1 it mounts /proc, /sys and /dev, reserves huge pages for DMA,
-// loads the uio modules it carries, takes its flags from the kernel command
-// line (gmig.steps=200 gmig.seed=7 ...) and powers the machine off at the
-// end. Every report line starts with "gmig: ".
+// loads the kernel modules its interrupt mode needs from those it carries,
+// takes its flags from the kernel command line (gmig.steps=200 gmig.seed=7
+// gmig.irq=msi ...) and powers the machine off at the end. Every report
+// line starts with "gmig: "; "gmig: interrupts MODE" says which interrupt
+// mode is in use.
 package main
 
 import (
@@ -37,7 +41,7 @@ type options struct {
 	progress  int
 	seed      int64
 	heartbeat time.Duration
-	irq       bool
+	irq       sysfs.IRQMode
 	measure   int
 	modules   string
 	workload  string
@@ -52,11 +56,18 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.progress, "progress", 0, "report the workload's progress every N steps (0: never)")
 	fs.Int64Var(&o.seed, "seed", 1, "workload seed")
 	fs.DurationVar(&o.heartbeat, "heartbeat", time.Millisecond, "HEARTBEAT write period during the workload (0: none)")
-	fs.BoolVar(&o.irq, "irq", true, "also run with interrupts (binds uio_pci_generic)")
+	o.irq = sysfs.IRQINTx
+	fs.Var((*irqFlag)(&o.irq), "irq", "also run with interrupts: intx (INTx through uio_pci_generic), msi (MSI through vfio-pci) or none; true means intx, false none")
 	fs.IntVar(&o.measure, "measure", 2000, "iterations of each latency measurement (0: skip)")
-	fs.StringVar(&o.modules, "modules", "/lib/modules/gmig", "directory of kernel modules to load first (uio, uio_pci_generic)")
+	fs.StringVar(&o.modules, "modules", "/lib/modules/gmig", "directory of the kernel modules to load and their modules.dep")
 	fs.StringVar(&o.workload, "workload", "", "workload profile and settings, e.g. render,rate=200,fill=0.75 (guest.ParseWorkload; default: the seeded mix)")
-	return o, fs.Parse(args)
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	return o, nil
 }
 
 func main() {
@@ -94,36 +105,26 @@ func run(args []string) bool {
 		report("flags: %v", err)
 		return false
 	}
-	if o.irq {
-		for _, m := range []string{"uio.ko.xz", "uio_pci_generic.ko.xz"} {
-			if err := sysfs.LoadModule(o.modules + "/" + m); err != nil {
-				report("modules: %v (continuing without interrupts)", err)
-				o.irq = false
-				break
-			}
-		}
-	}
-	bus, err := sysfs.Open(sysfs.Options{UseUIO: o.irq})
-	if err != nil {
-		report("device: %v", err)
+	bus, ok := openBus(o)
+	if bus == nil {
 		return false
 	}
 	defer bus.Close()
-	report("device %s", bus.Dir())
+	o.irq = bus.IRQMode()
 	ctx := context.Background()
-	ok := true
 	if o.measure > 0 {
 		ok = measure(ctx, bus, o) && ok
 	}
 	if o.suite {
 		ok = suite(ctx, bus, guest.Options{Seed: o.seed}, "polling") && ok
-		if o.irq {
+		if o.irq != sysfs.IRQNone {
 			ok = suite(ctx, bus, guest.Options{Seed: o.seed, UseIRQ: true}, "interrupts") && ok
 		}
 	}
 	if o.steps > 0 {
 		ok = workload(ctx, bus, o) && ok
 	}
+	reportIRQCounts(bus)
 	return ok
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gmig-dev/gmig/abi"
 	"github.com/gmig-dev/gmig/guest"
+	"github.com/gmig-dev/gmig/internal/sysfs"
 )
 
 // measure times trapped MMIO reads and writes and the doorbell round trip
@@ -23,7 +24,7 @@ func measure(ctx context.Context, bus guest.Bus, o options) bool {
 	report("mmio write: %s", write)
 	ok := read.err == nil && write.err == nil
 	modes := []bool{false}
-	if o.irq {
+	if o.irq != sysfs.IRQNone {
 		modes = append(modes, true)
 	}
 	for _, irq := range modes {
@@ -75,7 +76,7 @@ func timeN(n int, f func() error) timing {
 // workload runs the seeded workload with a heartbeat goroutine and reports
 // its digest.
 func workload(ctx context.Context, bus guest.Bus, o options) bool {
-	d, err := guest.Open(bus, guest.Options{Seed: o.seed, UseIRQ: o.irq})
+	d, err := guest.Open(bus, guest.Options{Seed: o.seed, UseIRQ: o.irq != sysfs.IRQNone})
 	if err != nil {
 		report("workload: opening the device: %v", err)
 		return false

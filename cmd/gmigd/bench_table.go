@@ -99,7 +99,7 @@ var termColumns = []struct{ head, term string }{
 	{"pause", orchestrator.TermPause}, {"quiesce", orchestrator.TermQuiesce}, {"scan", orchestrator.TermScan},
 	{"transfer", orchestrator.TermTransfer}, {"restore", orchestrator.TermRestore}, {"replay", orchestrator.TermReplay},
 	{"tail", orchestrator.TermVerdict}, {"vmm", orchestrator.TermSwitchover}, {"commit", orchestrator.TermCommit},
-	{"load", orchestrator.TermLoad}, {"front", orchestrator.TermFrontEnd}, {"engine", orchestrator.TermEngine},
+	{"load", orchestrator.TermLoad}, {"front", orchestrator.TermFrontEnd}, {"record", orchestrator.TermRecord}, {"engine", orchestrator.TermEngine},
 	{"resume", orchestrator.TermResume},
 }
 

@@ -54,7 +54,7 @@ func TestBenchSmall(t *testing.T) {
 func TestDemoSmall(t *testing.T) {
 	d := demo{mem: 4 << 20, wmem: 1 << 20, steps: 60, at: 20, seed: 2, strategy: precopy.OneShot, suite: true, log: zerolog.Nop()}
 	out := captureStdout(t, func() error { return d.run(context.Background()) })
-	for _, want := range []string{"23 passed, 0 failed", "live migration A -> B", "downtime (stop phase)", "guest-observed downtime", "equals a never-migrated run"} {
+	for _, want := range []string{"23 passed, 0 failed", "live migration A -> B", "downtime (pause -> resume", "guest-observed downtime", "equals a never-migrated run"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("demo output lacks %q:\n%s", want, out)
 		}

@@ -7,6 +7,7 @@
 //	gmigd guest  [flags]            the built-in guest simulator against a vGPU socket
 //	gmigd demo   [flags]            two gmigd and a Linux VM under QEMU: a live migration and its report (-sim: in-process)
 //	gmigd bench  [flags]            the migration strategies compared on one seeded workload
+//	gmigd certs  -out DIR -hosts a,b  a test CA and certificates for mutual TLS between gmigd
 //
 // See docs/operator-guide.md.
 package main
@@ -27,6 +28,7 @@ commands:
   demo     two gmigd and a Linux VM under QEMU: a live migration and its downtime report (-sim: in-process)
   status   this host's GPUs (NVML) and whether the cuda back end can run
   bench    compare the migration strategies on one seeded workload (downtime in ms)
+  certs    make a test CA and host certificates for mutual TLS between gmigd (testing only)
 
 Run 'gmigd <command> -h' for a command's flags.
 `
@@ -45,6 +47,7 @@ func main() {
 		"demo":    cmdDemo,
 		"bench":   cmdBench,
 		"status":  cmdStatus,
+		"certs":   cmdCerts,
 	}
 	name, args := os.Args[1], os.Args[2:]
 	if name == "-h" || name == "--help" || name == "help" {

@@ -47,11 +47,13 @@ func cmdServe(args []string) error {
 	fs.Var(&poolSize, "pool", "graphics memory shared by all vGPUs (e.g. 1G)")
 	runDir := fs.String("run-dir", hostd.DefaultRunDir, "directory for the control socket, the vGPUs' vfio-user sockets and the VMs' files")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
-	migrateListen := fs.String("migrate-listen", "", "accept incoming migrations on this address (host:port; port 0 picks one, written to RUN-DIR/"+MigrateAddrFile+")")
+	migrateListen := fs.String("migrate-listen", "", "accept incoming migrations on this address (host:port; port 0 picks one, written to RUN-DIR/"+MigrateAddrFile+"); needs -tls-cert, -tls-key, -tls-ca or -insecure-migrations")
 	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics at http://ADDR/metrics (off unless set)")
 	qemuRoot := fs.String("qemu-root", defaultQEMURoot(), "the QEMU 11.1 root VMs run from (make provision)")
 	var specs vgpuSpecs
 	fs.Var(&specs, "vgpu", "create a vGPU at start-up: NAME[:MEMSIZE] (repeatable; default size 64M)")
+	var mig migrationTLS
+	mig.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -59,7 +61,11 @@ func cmdServe(args []string) error {
 	if err != nil {
 		return err
 	}
-	h, err := hostd.New(hostd.Config{PoolSize: uint64(poolSize), RunDir: *runDir, Log: log, QEMURoot: qemu.Root(*qemuRoot)})
+	transport, err := mig.transport(log, *migrateListen != "")
+	if err != nil {
+		return err
+	}
+	h, err := hostd.New(hostd.Config{PoolSize: uint64(poolSize), RunDir: *runDir, Log: log, QEMURoot: qemu.Root(*qemuRoot), Transport: transport})
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/gmig-dev/gmig/internal/apilog"
+	"github.com/gmig-dev/gmig/internal/pci"
 )
 
 // Restoring the vGPU's PCI front end on a migration's destination.
@@ -62,29 +63,66 @@ func (vm *VM) RestoreFrontEnd(writes []apilog.Entry) error {
 	if err != nil {
 		return err
 	}
+	p := portWriter{vm: vm}
+	msi := false
 	for _, w := range writes {
 		if w.Kind != apilog.ConfigWrite {
 			continue
 		}
-		if err := vm.configWrite(bdf, w.Offset, w.Size, w.Arg); err != nil {
+		if err := p.configWrite(bdf, w.Offset, w.Size, w.Arg); err != nil {
 			return fmt.Errorf("qemu: replaying config write %#x/%d: %w", w.Offset, w.Size, err)
 		}
-	}
-	r := pirqRouters[chip]
-	for _, reg := range r.regs {
-		v, err := vm.configRead(r.bdf, reg)
-		if err != nil {
-			return fmt.Errorf("qemu: reading the PIRQ routing at %#x: %w", reg, err)
+		if msiEnables(w) {
+			msi = true
 		}
-		if err := vm.configWrite(r.bdf, reg, 4, v); err != nil {
-			return fmt.Errorf("qemu: rewriting the PIRQ routing at %#x: %w", reg, err)
+	}
+	// With MSI enabled QEMU has turned INTx off: nothing to re-route.
+	if !msi {
+		r := pirqRouters[chip]
+		for _, reg := range r.regs {
+			v, err := p.configRead(r.bdf, reg)
+			if err != nil {
+				return fmt.Errorf("qemu: reading the PIRQ routing at %#x: %w", reg, err)
+			}
+			if err := p.configWrite(r.bdf, reg, 4, v); err != nil {
+				return fmt.Errorf("qemu: rewriting the PIRQ routing at %#x: %w", reg, err)
+			}
 		}
 	}
 	return vm.outPort("w", configAddressPort, saved)
 }
 
+// msiEnables reports whether a config write sets the MSI enable bit (the
+// vGPU's MSI capability, docs/device-abi.md §2).
+func msiEnables(w apilog.Entry) bool {
+	const ctl = pci.OffMSIControl
+	if w.Offset > ctl || uint32(w.Offset)+uint32(w.Size) <= ctl {
+		return false
+	}
+	return (w.Arg>>(8*(ctl-w.Offset)))&pci.MSIControlEnable != 0
+}
+
+// portWriter issues config accesses through HMP, skipping a write of
+// CONFIG_ADDRESS that would repeat the last one (each HMP command is a
+// monitor round trip: most of the front end's restore time).
+type portWriter struct {
+	vm   *VM
+	addr uint32 // the last CONFIG_ADDRESS written (0: none)
+}
+
+func (p *portWriter) setAddress(a uint32) error {
+	if a == p.addr {
+		return nil
+	}
+	if err := p.vm.outPort("w", configAddressPort, a); err != nil {
+		return err
+	}
+	p.addr = a
+	return nil
+}
+
 // configWrite writes size bytes of value at config offset off of bdf.
-func (vm *VM) configWrite(bdf [3]int, off uint16, size uint8, value uint32) error {
+func (p *portWriter) configWrite(bdf [3]int, off uint16, size uint8, value uint32) error {
 	if off >= 0x100 {
 		return fmt.Errorf("offset beyond conventional config space")
 	}
@@ -92,18 +130,18 @@ func (vm *VM) configWrite(bdf [3]int, off uint16, size uint8, value uint32) erro
 	if letter == "" || uint16(size) > 4-off%4 {
 		return fmt.Errorf("size %d at offset %#x crosses a dword", size, off)
 	}
-	if err := vm.outPort("w", configAddressPort, configAddress(bdf, off)); err != nil {
+	if err := p.setAddress(configAddress(bdf, off)); err != nil {
 		return err
 	}
-	return vm.outPort(letter, configDataPort+uint32(off%4), value)
+	return p.vm.outPort(letter, configDataPort+uint32(off%4), value)
 }
 
 // configRead reads the dword at config offset off of bdf.
-func (vm *VM) configRead(bdf [3]int, off uint16) (uint32, error) {
-	if err := vm.outPort("w", configAddressPort, configAddress(bdf, off)); err != nil {
+func (p *portWriter) configRead(bdf [3]int, off uint16) (uint32, error) {
+	if err := p.setAddress(configAddress(bdf, off)); err != nil {
 		return 0, err
 	}
-	return vm.inPort("w", configDataPort)
+	return p.vm.inPort("w", configDataPort)
 }
 
 func configAddress(bdf [3]int, off uint16) uint32 {

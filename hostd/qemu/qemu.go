@@ -272,7 +272,7 @@ func (s Spec) args() ([]string, error) {
 
 // checkMemoryArgs refuses extra arguments that would give the guest RAM gmigd
 // cannot see: with share=off QEMU still passes an fd, mmap succeeds, and
-// gmigd reads zeros (notes/qemu-vfio-user.md).
+// gmigd reads zeros (docs/testing.md, "QEMU 11.1 and vfio-user").
 func checkMemoryArgs(extra []string) error {
 	for _, a := range extra {
 		if isMemoryBackend(a) && !isSharedMemfd(a) {

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/gmig-dev/gmig/internal/apilog"
 )
 
 func TestArgsSharedMemfdAndDevice(t *testing.T) {
@@ -118,6 +120,24 @@ func TestAdoptedSpec(t *testing.T) {
 	for name, a := range bad {
 		if _, err := AdoptedSpec(a, "gpu0"); !errors.Is(err, ErrAdopt) {
 			t.Errorf("%s: %v, want ErrAdopt", name, err)
+		}
+	}
+}
+
+func TestMSIEnables(t *testing.T) {
+	for _, c := range []struct {
+		off  uint16
+		size uint8
+		arg  uint32
+		want bool
+	}{
+		{0x52, 2, 0x0081, true}, {0x52, 2, 0x0080, false}, {0x52, 1, 0x01, true},
+		{0x50, 4, 0x0081_0005, true}, {0x50, 4, 0x0080_0005, false}, {0x53, 1, 0xff, false},
+		{0x04, 2, 0x0407, false}, {0x54, 4, 0xfee00000, false},
+	} {
+		w := apilog.Entry{Kind: apilog.ConfigWrite, Offset: c.off, Size: c.size, Arg: c.arg}
+		if got := msiEnables(w); got != c.want {
+			t.Errorf("msiEnables(%#x/%d = %#x) = %v", c.off, c.size, c.arg, got)
 		}
 	}
 }

@@ -3,7 +3,10 @@
 // the real-VM benchmark and the end-to-end tests. Each daemon has its own
 // run directory, control socket and migration listener on loopback; the
 // migrations between them go through the daemons' control API, exactly as
-// an operator's `gmigd migrate` does.
+// an operator's `gmigd migrate` does, and over mutual TLS as gmigd's
+// defaults have it: the first daemon started in a cluster directory makes
+// the cluster's CA (DIR/tls/ca.pem), and each daemon gets a certificate of
+// its own from it (DIR/tls/NAME.pem, NAME.key).
 package cluster
 
 import (
@@ -21,6 +24,7 @@ import (
 	"time"
 
 	"github.com/gmig-dev/gmig/hostd"
+	"github.com/gmig-dev/gmig/internal/mtls"
 )
 
 // Daemon is one gmigd process.
@@ -30,9 +34,12 @@ type Daemon struct {
 	// Addr is its migration listener (host:port).
 	Addr   string
 	Client *hostd.Client
-	cmd    *exec.Cmd
-	log    *os.File
-	done   chan struct{}
+	// TLS is its certificate, key and the cluster's CA (zero with
+	// Options.Insecure).
+	TLS  mtls.Files
+	cmd  *exec.Cmd
+	log  *os.File
+	done chan struct{}
 }
 
 // Options start a Daemon.
@@ -42,12 +49,25 @@ type Options struct {
 	QEMURoot string // -qemu-root
 	LogLevel string // default info
 	Extra    []string
+	// Insecure runs the daemon with -insecure-migrations instead of mutual
+	// TLS.
+	Insecure bool
+	// TLSNames are names or addresses the daemon's certificate names
+	// besides its own name and loopback's (for a daemon reached at
+	// another address, e.g. in a network namespace).
+	TLSNames []string
 }
+
+// TLSDir is where a cluster directory keeps its CA and the daemons'
+// certificates.
+func TLSDir(dir string) string { return filepath.Join(dir, "tls") }
 
 // Start runs `gmigd serve` in run directory dir/name (made if need be: a
 // restart in the same directory recovers what the last one left), listening for
-// migrations on 127.0.0.1 at a port it picks, and waits until its control
-// API answers. Its log goes to RUNDIR/gmigd.log.
+// migrations on 127.0.0.1 at a port it picks, with mutual TLS (a
+// certificate from the cluster's CA in TLSDir(dir), both made on first
+// use) unless o.Insecure, and waits until its control API answers. Its log
+// goes to RUNDIR/gmigd.log.
 func Start(ctx context.Context, dir, name string, o Options) (*Daemon, error) {
 	runDir := filepath.Join(dir, name)
 	if err := os.MkdirAll(runDir, 0o750); err != nil {
@@ -65,6 +85,16 @@ func Start(ctx context.Context, dir, name string, o Options) (*Daemon, error) {
 	if o.QEMURoot != "" {
 		args = append(args, "-qemu-root", o.QEMURoot)
 	}
+	var files mtls.Files
+	if o.Insecure {
+		args = append(args, "-insecure-migrations")
+	} else {
+		if files, err = mtls.Ensure(TLSDir(dir), mtls.Host{Name: name, SANs: o.TLSNames}); err != nil {
+			logf.Close()
+			return nil, fmt.Errorf("cluster: certificate for gmigd %s: %w", name, err)
+		}
+		args = append(args, "-tls-cert", files.Cert, "-tls-key", files.Key, "-tls-ca", files.CA)
+	}
 	args = append(args, o.Extra...)
 	cmd := exec.Command(o.Binary, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -75,7 +105,7 @@ func Start(ctx context.Context, dir, name string, o Options) (*Daemon, error) {
 		logf.Close()
 		return nil, fmt.Errorf("cluster: starting gmigd %s: %w", name, err)
 	}
-	d := &Daemon{Name: name, RunDir: runDir, cmd: cmd, log: logf, done: make(chan struct{})}
+	d := &Daemon{Name: name, RunDir: runDir, TLS: files, cmd: cmd, log: logf, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(d.done) }()
 	if err := waitFor(ctx, d.done, func() bool {
 		b, err := os.ReadFile(addrFile)

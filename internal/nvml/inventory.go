@@ -1,5 +1,5 @@
-// Package nvml is the host's GPU inventory for gmigd status (DESIGN.md,
-// hostd: "NVML inventory, absent GPU is normal"): model, memory, driver and
+// Package nvml is the host's GPU inventory for gmigd status (an absent GPU
+// or library is a normal state, docs/nvidia.md): model, memory, driver and
 // utilisation of each NVIDIA GPU, read through NVML (libnvidia-ml.so.1,
 // loaded at run time). A machine without the library or without a GPU is
 // a normal state: Inventory says so in Available and Reason and never

@@ -14,7 +14,7 @@
 // no expansion ROM: its BAR (0x30) reads 0, as do absent BARs.
 //
 // QEMU does not restore a vfio-user device's front end after live migration
-// (notes/qemu-vfio-user.md), so the Config records which registers the guest
+// (docs/migration-protocol.md §2.2), so the Config records which registers the guest
 // wrote. Writes lists them, one entry per register with its current value,
 // in the order that is safe to replay into the destination QEMU: BARs, the
 // interrupt line, MSI address and data, MSI enable, and the command register

@@ -6,7 +6,7 @@ import (
 )
 
 // Writes lists the guest's configuration writes, compacted for replay into
-// a destination QEMU's front end after migration (notes/qemu-vfio-user.md):
+// a destination QEMU's front end after migration (docs/migration-protocol.md §2.2):
 // one Write per register with its current value, for each register the
 // guest wrote that no longer holds its power-on value (a fresh front end
 // already holds those). The order is the safe replay order: BARs by

@@ -23,7 +23,9 @@ var ErrNotFound = errors.New("sysfs: no gmig vGPU found")
 type Options struct {
 	SysRoot string // default "/sys"
 	DMASize uint64 // bytes of hugetlb DMA memory; default 8 MiB
-	UseUIO  bool   // bind uio_pci_generic and deliver interrupts through /dev/uioN
+	// IRQ is how interrupts arrive (irq.go); the modules it needs must be
+	// loaded. IRQNone, the zero value, polls.
+	IRQ     IRQMode
 	DevRoot string // default "/dev"
 }
 
@@ -33,7 +35,9 @@ type Bus struct {
 	regs     []byte
 	aperture []byte
 	dma      *hugeMemory
-	uio      *os.File
+	irqMode  IRQMode
+	irq      irqSource   // nil with IRQNone
+	vfio     *vfioDevice // with IRQMSI
 }
 
 var _ guest.Bus = (*Bus)(nil)
@@ -64,7 +68,7 @@ func readHex(path string) (uint64, error) {
 }
 
 // Open finds the vGPU, enables it (memory decoding and bus mastering), maps
-// its BARs and sets up DMA memory and, with UseUIO, interrupts.
+// its BARs and sets up DMA memory and interrupts (opts.IRQ).
 func Open(opts Options) (*Bus, error) {
 	if opts.SysRoot == "" {
 		opts.SysRoot = "/sys"
@@ -88,13 +92,25 @@ func Open(opts Options) (*Bus, error) {
 }
 
 func (b *Bus) open(opts Options) error {
-	if err := os.WriteFile(filepath.Join(b.dir, "enable"), []byte("1"), 0); err != nil {
-		return fmt.Errorf("sysfs: enabling %s: %w", b.dir, err)
+	b.irqMode = opts.IRQ
+	var err error
+	if opts.IRQ == IRQMSI {
+		// vfio-pci takes the device first: it enables the device when
+		// opened, and sysfs refuses to enable a device that has a driver.
+		if b.vfio, err = openVFIO(b.dir, opts.SysRoot, opts.DevRoot); err != nil {
+			return err
+		}
+	} else if err := releaseDriver(b.dir, vfioPCIDriver); err != nil {
+		// A vfio-pci left bound by an earlier Open would keep the device
+		// from being enabled, and from uio_pci_generic.
+		return err
+	}
+	if err := enable(b.dir); err != nil {
+		return err
 	}
 	if err := b.setCommand(pciCommandMemory|pciCommandBusMaster, 0); err != nil {
 		return err
 	}
-	var err error
 	if b.regs, err = mapResource(filepath.Join(b.dir, "resource0")); err != nil {
 		return err
 	}
@@ -104,10 +120,44 @@ func (b *Bus) open(opts Options) error {
 	if b.dma, err = newHugeMemory(opts.DMASize); err != nil {
 		return err
 	}
-	if opts.UseUIO {
-		if b.uio, err = bindUIO(b.dir, opts.SysRoot, opts.DevRoot); err != nil {
-			return err
+	b.irq, err = b.openIRQ(opts)
+	return err
+}
+
+// openIRQ sets up the interrupt source of opts.IRQ (nil for IRQNone).
+func (b *Bus) openIRQ(opts Options) (irqSource, error) {
+	switch opts.IRQ {
+	case IRQNone:
+		return nil, nil
+	case IRQINTx:
+		u, err := bindUIO(b, opts.SysRoot, opts.DevRoot)
+		if err != nil {
+			return nil, err
 		}
+		return u, nil
+	case IRQMSI:
+		if err := b.vfio.mapDMA(b.dma); err != nil {
+			return nil, err
+		}
+		m, err := b.vfio.enableMSI()
+		if err != nil {
+			return nil, err
+		}
+		return m, nil
+	}
+	return nil, fmt.Errorf("sysfs: %v", opts.IRQ)
+}
+
+// enable enables the device (memory decoding) through sysfs, unless it is
+// enabled already: vfio-pci enables the device it opens, and sysfs refuses
+// to enable a device that has a driver.
+func enable(dir string) error {
+	b, err := os.ReadFile(filepath.Join(dir, "enable"))
+	if err == nil && strings.TrimSpace(string(b)) != "0" {
+		return nil
+	}
+	if err := os.WriteFile(filepath.Join(dir, "enable"), []byte("1"), 0); err != nil {
+		return fmt.Errorf("sysfs: enabling %s: %w", dir, err)
 	}
 	return nil
 }
@@ -217,47 +267,51 @@ func (b *Bus) Aperture() []byte { return b.aperture }
 // DMA implements guest.Bus.
 func (b *Bus) DMA() guest.DMAMemory { return b.dma }
 
-// WaitIRQ implements guest.Bus: it blocks on /dev/uioN until INTx fires,
-// then re-enables INTx. The caller acknowledges the cause in
-// INT_STATUS, which deasserts the line.
+// WaitIRQ implements guest.Bus: it blocks until the device signals an
+// interrupt (INTx through /dev/uioN, re-enabled after it fired, or an MSI
+// on its eventfd). The caller acknowledges the cause in INT_STATUS, which
+// deasserts INTx and lets the next cause send a new MSI.
 func (b *Bus) WaitIRQ(ctx context.Context) error {
-	if b.uio == nil {
+	if b.irq == nil {
 		return guest.ErrNoIRQ
 	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	var n [4]byte
-	for {
-		fds := []unix.PollFd{{Fd: int32(b.uio.Fd()), Events: unix.POLLIN}}
-		ms := 100
-		if dl, ok := ctx.Deadline(); ok {
-			ms = max(0, min(ms, int(timeUntilMillis(dl))))
-		}
-		k, err := unix.Poll(fds, ms)
-		if err != nil && !errors.Is(err, unix.EINTR) {
-			return fmt.Errorf("sysfs: polling uio: %w", err)
-		}
-		if k > 0 {
-			break
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-	}
-	if _, err := b.uio.Read(n[:]); err != nil {
-		return fmt.Errorf("sysfs: reading uio: %w", err)
-	}
-	// uio_pci_generic masked INTx with the command register's INTx-disable
-	// bit and has no irqcontrol: user space unmasks it in config space.
-	if err := b.setCommand(0, pciCommandINTxDisable); err != nil {
-		return fmt.Errorf("sysfs: re-enabling INTx: %w", err)
-	}
-	return nil
+	return b.irq.wait(ctx)
 }
 
-// Close unmaps everything and closes the uio device.
+// IRQMode is how the bus receives interrupts.
+func (b *Bus) IRQMode() IRQMode { return b.irqMode }
+
+// IRQCount is the number of interrupts received: INTx firings that
+// uio_pci_generic handled, as of the last WaitIRQ, or every MSI message
+// since MSI was enabled (those WaitIRQ took and those that arrived while
+// the driver polled). Not safe concurrently with WaitIRQ.
+func (b *Bus) IRQCount() uint64 {
+	if b.irq == nil {
+		return 0
+	}
+	return b.irq.count()
+}
+
+// VFIO describes how the device was opened through VFIO (IRQMSI); ok is
+// false otherwise.
+func (b *Bus) VFIO() (info VFIOInfo, ok bool) {
+	if b.vfio == nil {
+		return VFIOInfo{}, false
+	}
+	return b.vfio.info(), true
+}
+
+// Close closes the interrupt source and VFIO device and unmaps
+// everything.
 func (b *Bus) Close() error {
+	if b.irq != nil {
+		_ = b.irq.close()
+		b.irq = nil
+	}
+	if b.vfio != nil {
+		b.vfio.close()
+		b.vfio = nil
+	}
 	for _, m := range [][]byte{b.regs, b.aperture} {
 		if m != nil {
 			_ = unix.Munmap(m)
@@ -266,9 +320,6 @@ func (b *Bus) Close() error {
 	b.regs, b.aperture = nil, nil
 	if b.dma != nil {
 		b.dma.close()
-	}
-	if b.uio != nil {
-		_ = b.uio.Close()
 	}
 	return nil
 }

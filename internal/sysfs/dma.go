@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -89,5 +88,3 @@ func (h *hugeMemory) close() {
 		h.mem = nil
 	}
 }
-
-func timeUntilMillis(t time.Time) int64 { return time.Until(t).Milliseconds() }

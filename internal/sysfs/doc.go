@@ -8,8 +8,19 @@
 //   - DMA memory is hugetlb pages locked in memory, whose guest-physical
 //     addresses come from /proc/self/pagemap (a 2 MiB huge page is
 //     physically contiguous).
-//   - Interrupts arrive through uio_pci_generic (a stock Linux module): a
-//     read of /dev/uioN blocks until INTx fires; writing 1 re-enables it.
+//   - Interrupts (Options.IRQ) are INTx through uio_pci_generic (a stock
+//     Linux module): a read of /dev/uioN blocks until INTx fires, and user
+//     space clears the INTx-disable bit it set; or MSI through vfio-pci
+//     (stock too), which uio cannot do: the device is bound to vfio-pci and
+//     opened through a VFIO container, and its MSI vector signals an
+//     eventfd (vfio.go). vfio-pci needs the device in an IOMMU group: a
+//     (virtual) IOMMU's, or one vfio makes up in its no-IOMMU mode where
+//     the kernel has it. Under an IOMMU the DMA memory is mapped at I/O
+//     addresses equal to its physical addresses, so the device is given
+//     the same addresses either way. BARs stay mapped through sysfs.
+//   - Modules load in the order their modules.dep gives (modules.go).
 //
-// It needs root (pagemap addresses, module loading, sysfs writes).
+// The VFIO ioctls and structs are in package vfioabi; the ioctl calls are
+// in vfio_unsafe.go. It needs root (pagemap addresses, module loading,
+// sysfs writes).
 package sysfs

@@ -91,6 +91,7 @@ type VGPU struct {
 
 	fences, faults, written, beats atomic.Uint64
 	wroteHook                      atomic.Pointer[func(off, n uint64)]
+	ram                            guestRAM // what the engine DMAs guest RAM through
 
 	// memMu orders trapped aperture accesses and RegionInfo against Close,
 	// which unmaps mem: a client still connected to a closed vGPU gets
@@ -147,10 +148,11 @@ func build(cfg Config, p *pool.Pool, part pool.Partition, log zerolog.Logger) (*
 	if err != nil {
 		return nil, err
 	}
+	v.ram.dma = v.dma
 	v.eng = engine.New(engine.Config{
 		Backend: be,
 		GTT:     v.gtt,
-		RAM:     v.dma,
+		RAM:     &v.ram,
 		Events:  events{v},
 		Log:     v.log,
 	})

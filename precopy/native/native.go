@@ -19,8 +19,7 @@ import (
 // Device is a vGPU that migrates through the vfio-user protocol itself
 // (VFIO_USER_DEVICE_FEATURE with the migration state, MIG_DATA_READ and
 // MIG_DATA_WRITE), for a VMM whose vfio-user client drives the VFIO
-// migration v2 state machine (DESIGN.md, "Migration with QEMU as it is
-// today", last line). It embeds the vGPU, which makes it a vfio.Device, and
+// migration v2 state machine (QEMU 11.1's does not: docs/migration-protocol.md). It embeds the vGPU, which makes it a vfio.Device, and
 // implements vfio.Migrator; serve it with v.ServeDevice(ctx, l, n).
 //
 // The migration data is exactly the stream of docs/migration-stream.md,
