@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"image/color"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -188,6 +189,16 @@ func plotStopPages(order []groupKey, m map[groupKey]benchResult) (*plot.Plot, er
 	return p, nil
 }
 
+// termColors gives each downtime term its own colour (plotutil's
+// palette has seven).
+var termColors = []color.Color{
+	color.RGBA{0x1f, 0x77, 0xb4, 0xff}, color.RGBA{0xff, 0x7f, 0x0e, 0xff}, color.RGBA{0x2c, 0xa0, 0x2c, 0xff},
+	color.RGBA{0xd6, 0x27, 0x28, 0xff}, color.RGBA{0x94, 0x67, 0xbd, 0xff}, color.RGBA{0x8c, 0x56, 0x4b, 0xff},
+	color.RGBA{0xe3, 0x77, 0xc2, 0xff}, color.RGBA{0x7f, 0x7f, 0x7f, 0xff}, color.RGBA{0xbc, 0xbd, 0x22, 0xff},
+	color.RGBA{0x17, 0xbe, 0xcf, 0xff}, color.RGBA{0x39, 0x3b, 0x79, 0xff}, color.RGBA{0xad, 0x49, 0x4a, 0xff},
+	color.RGBA{0x63, 0x79, 0x39, 0xff}, color.RGBA{0x00, 0x00, 0x00, 0xff},
+}
+
 // plotTerms stacks each variant's downtime terms for the profile
 // comparison's first case (and the same case with real VMs).
 func plotTerms(order []groupKey, m map[groupKey]benchResult) (*plot.Plot, error) {
@@ -201,7 +212,9 @@ func plotTerms(order []groupKey, m map[groupKey]benchResult) (*plot.Plot, error)
 	var bars []benchResult
 	for _, k := range order {
 		r := m[k]
-		if r.Case.Workload+"/"+sizeString(r.Case.Mem) == first {
+		// Stop-and-copy's transfer would dwarf the other bars: the
+		// tables have its terms.
+		if r.Case.Workload+"/"+sizeString(r.Case.Mem) == first && r.Strategy != "stopcopy" {
 			bars = append(bars, r)
 		}
 	}
@@ -209,10 +222,9 @@ func plotTerms(order []groupKey, m map[groupKey]benchResult) (*plot.Plot, error)
 		return nil, nil
 	}
 	p := plot.New()
-	p.Title.Text = "Downtime split into its terms: " + bars[0].Case.Workload + " on " + sizeString(bars[0].Case.Mem)
+	p.Title.Text = "Downtime split into its terms: " + bars[0].Case.Workload + " on " + sizeString(bars[0].Case.Mem) + " (medians; stopcopy in the tables)"
 	p.Y.Label.Text = "ms"
 	p.Legend.Top = true
-	p.Legend.Left = true
 	var names []string
 	for _, r := range bars {
 		names = append(names, r.Case.Mode+" "+r.Variant)
@@ -233,7 +245,7 @@ func plotTerms(order []groupKey, m map[groupKey]benchResult) (*plot.Plot, error)
 		if err != nil {
 			return nil, err
 		}
-		b.Color = plotutil.Color(i)
+		b.Color = termColors[i%len(termColors)]
 		b.LineStyle.Width = 0
 		if below != nil {
 			b.StackOn(below)
