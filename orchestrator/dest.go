@@ -379,6 +379,14 @@ func (in *arriving) resume(ctx context.Context) error {
 		return fail("the VMM did not load the VM", err)
 	}
 	in.times.Loaded = time.Now()
+	// The VMM's RAM is loaded: the guest RAM the source's engine wrote,
+	// which the VMM's migration did not carry, goes over it (a VM without
+	// a VMM migration shares the source's RAM: nothing to carry).
+	if vm.Incoming() != "" {
+		if err := in.rep.GuestRAM.WriteTo(v); err != nil {
+			return fail("writing the guest RAM the device wrote", err)
+		}
+	}
 	writes := v.ConfigWrites()
 	in.times.ConfigWrites = len(writes)
 	if err := vm.RestoreFrontEnd(rctx, writes); err != nil {

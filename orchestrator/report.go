@@ -66,7 +66,7 @@ const (
 	TermSwitchover = "vmm switchover"      // the VMM's own remaining RAM and devices
 	TermCommit     = "commit"              // the commit's way to the destination
 	TermLoad       = "vmm load"            // destination VMM finishes loading
-	TermFrontEnd   = "front-end restore"   // PCI config replayed into the VMM
+	TermFrontEnd   = "front-end restore"   // device-written guest RAM written back, PCI config replayed into the VMM
 	TermRecord     = "commit record"       // the rest of the durable commit record's write
 	TermEngine     = "engine resume"       // the vGPU's engine is told to run
 	TermResume     = "vm resume"           // the VMM runs the VM

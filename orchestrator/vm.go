@@ -40,6 +40,10 @@ type SourceVM interface {
 type DestVM interface {
 	// Incoming is the address the source VMM migrates to ("" when the
 	// VMM has no migration of its own, as the simulator's shared RAM).
+	// With a VMM migration, the guest RAM the source's device wrote
+	// during the migration is written into the VM's RAM after WaitLoaded
+	// through the destination vGPU's DMA mappings: the VMM must have
+	// mapped guest RAM for the device by then (QEMU does at start-up).
 	Incoming() string
 	// WaitLoaded returns once the VMM has loaded the incoming VM; it stays
 	// paused.

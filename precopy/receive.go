@@ -213,6 +213,17 @@ func (d *dest) section(sec stream.Section, st stream.Stats) error {
 		default:
 			return fmt.Errorf("precopy: unexpected Meta phase %q", m.Phase)
 		}
+	case stream.GuestRAM:
+		if !d.stopped {
+			return fmt.Errorf("precopy: a %v section before the stop", sec.Type)
+		}
+		if d.rep.GuestRAM == nil {
+			d.rep.GuestRAM = &GuestRAM{}
+		}
+		if err := d.rep.GuestRAM.add(sec.Blob); err != nil {
+			return err
+		}
+		d.rep.Stop.GuestRAMPages = d.rep.GuestRAM.Ranges()
 	case stream.DeviceState:
 		d.state = sec.Blob
 	case stream.APILog, stream.FrontEnd:

@@ -23,6 +23,10 @@ type Report struct {
 	HashRate float64
 	// APILog compares what the source's API log recorded with what it sent.
 	APILog apilog.Stats
+	// GuestRAM is, on the destination, the guest RAM the source's device
+	// wrote: the caller writes it into the VM's RAM (GuestRAM.WriteTo)
+	// after the VMM has loaded the VM and before it runs. Never sent.
+	GuestRAM *GuestRAM `json:"-"`
 }
 
 // PrecopyReport is the live phase, while the VM runs.
@@ -50,6 +54,10 @@ type StopReport struct {
 	BySource    [dirty.NumSources]int // why each was dirty (stop-and-copy: all Unrecorded)
 	PagesHashed int                   // pages the final scan hashed in full
 	Bytes       uint64                // stream bytes sent in the stop phase
+	// GuestRAMPages is how many guest pages the device wrote during the
+	// migration, sent at the stop for the destination to write into the
+	// VM's RAM (the VMM's own migration does not see device writes).
+	GuestRAMPages int
 }
 
 // Other is the part of Total that none of the measured parts covers: the
@@ -71,8 +79,8 @@ func (r Report) String() string {
 	}
 	fmt.Fprintf(&b, "\nstop       %s ms: quiesce %s, scan %s, transfer %s, restore %s, replay %s, other %s\n",
 		ms(s.Total), ms(s.Quiesce), ms(s.Scan), ms(s.Transfer), ms(s.Restore), ms(s.Replay), ms(s.Other()))
-	fmt.Fprintf(&b, "dirty      %d pages (%s), %d hashed, %s sent\n",
-		s.DirtyPages, bySource(s.BySource), s.PagesHashed, mib(s.Bytes))
+	fmt.Fprintf(&b, "dirty      %d pages (%s), %d hashed, %s sent; %d guest RAM page(s) the device wrote\n",
+		s.DirtyPages, bySource(s.BySource), s.PagesHashed, mib(s.Bytes), s.GuestRAMPages)
 	fmt.Fprintf(&b, "hash rate  %.2f GB/s\n", r.HashRate/1e9)
 	a := r.APILog
 	fmt.Fprintf(&b, "api log    %d entries (%d B) raw, %d entries (%d B) compacted\n",

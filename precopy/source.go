@@ -46,6 +46,7 @@ type Source struct {
 	tr   *dirty.Tracker
 	w    *stream.Writer
 	mem  []byte
+	ram  ramWrites // guest RAM the engine wrote since NewSource
 
 	// Live-phase batch buffers, reused: no allocation per page.
 	pages  []int
@@ -78,7 +79,8 @@ const liveBatch = stream.DefaultBatchPages
 // NewSource starts migrating v over conn: it sends the stream header and
 // the begin Meta (name, memory size, GTT entries, strategy), starts exact
 // tracking of the engine's writes (v.ObserveWrites, held until Rollback or
-// Close; a vGPU already being migrated is refused with vgpu.ErrObserved),
+// Close; a vGPU already being migrated is refused with vgpu.ErrObserved)
+// and of its writes into guest RAM (v.ObserveGuestWrites, likewise),
 // and starts reading conn for the
 // destination's verdict. conn's Read and Write must be usable at the same
 // time (as a net.Conn's are); the caller owns conn and closes it after
@@ -122,6 +124,12 @@ func NewSource(v *vgpu.VGPU, conn io.ReadWriter, opts Options) (*Source, error) 
 		hashes:  make([]uint64, 0, liveBatch),
 		verdict: make(chan verdictResult, 1),
 		report:  Report{Strategy: opts.Strategy},
+	}
+	// The engine's writes into guest RAM, which the VMM's migration does
+	// not see, are sent at the stop (guestram.go).
+	if err := v.ObserveGuestWrites(s.ram.note); err != nil {
+		_ = v.ObserveWrites(nil)
+		return nil, fmt.Errorf("precopy: guest RAM writes: %w", err)
 	}
 	if !opts.NoVerdict {
 		go s.readVerdict()
@@ -275,6 +283,7 @@ func (s *Source) Close() {
 
 func (s *Source) stopTrackingLocked() {
 	s.v.ObserveWrites(nil)
+	s.v.ObserveGuestWrites(nil)
 	if s.bgStop != nil {
 		s.report.Precopy.Background = s.bgStop()
 		s.bgStop = nil

@@ -89,6 +89,11 @@ func (s *Source) stop(ctx context.Context, rep *Report) error {
 		}
 		s.noteSent()
 	}
+	n, err := s.sendGuestRAM()
+	if err != nil {
+		return err
+	}
+	rep.Stop.GuestRAMPages = n
 	if err := s.sendState(rep); err != nil {
 		return err
 	}

@@ -17,8 +17,9 @@ const (
 	// Magic opens every stream.
 	Magic = "GMIGSTRM"
 	// Version is the format version this package writes and the only one
-	// it reads. A changed format gets a new number; see §6.
-	Version = 1
+	// it reads. A changed format gets a new number; see §6. Version 2
+	// added GuestRAM sections.
+	Version = 2
 	// HeaderSize is the stream header's size: magic, u16 version, u16
 	// flags (0), u32 reserved (0).
 	HeaderSize = 16
@@ -78,6 +79,7 @@ const (
 	APILog      SectionType = 0x03 // the compacted API log
 	FrontEnd    SectionType = 0x04 // the guest's PCI config writes, for the front end
 	Meta        SectionType = 0x05 // free-form metadata (names, sizes, timings)
+	GuestRAM    SectionType = 0x06 // guest RAM the device wrote, §3.1
 	End         SectionType = 0xff // last section; empty payload
 )
 
@@ -93,6 +95,8 @@ func (t SectionType) String() string {
 		return "FrontEnd"
 	case Meta:
 		return "Meta"
+	case GuestRAM:
+		return "GuestRAM"
 	case End:
 		return "End"
 	}
@@ -102,7 +106,7 @@ func (t SectionType) String() string {
 // IsBlob reports whether t's payload is an opaque blob.
 func (t SectionType) IsBlob() bool {
 	switch t {
-	case DeviceState, APILog, FrontEnd, Meta:
+	case DeviceState, APILog, FrontEnd, Meta, GuestRAM:
 		return true
 	}
 	return false

@@ -62,18 +62,18 @@ func TestLayout(t *testing.T) {
 
 func TestSectionTypes(t *testing.T) {
 	for ty, name := range map[SectionType]string{PageBatch: "PageBatch", DeviceState: "DeviceState", APILog: "APILog",
-		FrontEnd: "FrontEnd", Meta: "Meta", End: "End", 6: "SectionType(0x06)"} {
+		FrontEnd: "FrontEnd", Meta: "Meta", GuestRAM: "GuestRAM", End: "End", 7: "SectionType(0x07)"} {
 		if ty.String() != name {
 			t.Errorf("%d: %q, want %q", uint8(ty), ty, name)
 		}
 	}
 	for ty := range 256 {
 		st := SectionType(ty)
-		want := ty >= 1 && ty <= 5 || ty == 0xff
+		want := ty >= 1 && ty <= 6 || ty == 0xff
 		if st.known() != want {
 			t.Errorf("%v known = %v", st, st.known())
 		}
-		if st.IsBlob() != (ty >= 2 && ty <= 5) {
+		if st.IsBlob() != (ty >= 2 && ty <= 6) {
 			t.Errorf("%v IsBlob = %v", st, st.IsBlob())
 		}
 	}
