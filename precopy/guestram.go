@@ -39,7 +39,7 @@ type ramSpan struct{ lo, hi uint32 }
 type ramWrites struct {
 	mu    sync.Mutex
 	pages map[uint64]ramSpan // guest page number -> written ramSpan
-	bytes uint64          // sum of the spans
+	bytes uint64             // sum of the spans
 }
 
 // note records that [gpa, gpa+n) was written; it is the vGPU's
