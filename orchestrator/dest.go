@@ -431,6 +431,10 @@ func (in *arriving) sendBeat(ctx context.Context, resumed time.Time) {
 		first, ok := beats.FirstAfter(bctx, resumed)
 		cancel()
 		b = beat{OK: ok, Value: first.Value, At: first.At}
+		if !ok {
+			in.log.Warn().Dur("waited", in.d.opts.Timeouts.Beat).
+				Msg("no guest heartbeat after the resume: the guest-observed downtime is not measured")
+		}
 	}
 	_ = in.ctl.SetWriteDeadline(time.Now().Add(in.d.opts.Timeouts.Message))
 	_ = writeMsg(in.ctl, b)

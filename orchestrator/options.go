@@ -35,7 +35,7 @@ const (
 	DefaultDataTimeout     = 30 * time.Second
 	DefaultDecisionTimeout = 2 * time.Minute
 	DefaultResolveTimeout  = 2 * time.Minute
-	DefaultBeatTimeout     = 2 * time.Second
+	DefaultBeatTimeout     = 5 * time.Second
 )
 
 func (t Timeouts) withDefaults() Timeouts {

@@ -377,10 +377,12 @@ func (m *outgoing) guestGap() {
 	}
 	last, ok := m.Beats.Last()
 	if !ok {
+		m.log.Info().Msg("the guest sent no heartbeat here: the guest-observed downtime is not measured")
 		return
 	}
 	var b beat
 	if err := m.await(&b, m.Timeouts.Beat+m.Timeouts.Message); err != nil || !b.OK {
+		m.log.Warn().AnErr("err", err).Msg("no guest heartbeat from the destination: the guest-observed downtime is not measured")
 		return
 	}
 	m.rep.GuestBeats = true
