@@ -200,7 +200,9 @@ func isOurQEMU(pid int, runDir string) bool {
 func (h *Host) Land(ctx context.Context, p orchestrator.Prepare, via net.Addr) (orchestrator.Landing, error) {
 	h.metrics.migrationStarted("destination")
 	name := p.VGPU.Name
-	h.mu.Lock()
+	// A name whose last landing is still being discarded (a migration
+	// retried at once) is taken once that is done.
+	h.lockName(name)
 	if _, ok := h.vms[name]; ok {
 		h.mu.Unlock()
 		return nil, fmt.Errorf("%w: %s", ErrVMExists, name)

@@ -110,7 +110,7 @@ func (h *Host) StartVM(ctx context.Context, req StartVMRequest) (VMInfo, error) 
 	if err != nil {
 		return VMInfo{}, err
 	}
-	h.mu.Lock()
+	h.lockName(req.Name)
 	if _, ok := h.vms[req.Name]; ok {
 		h.mu.Unlock()
 		return VMInfo{}, fmt.Errorf("%w: %s", ErrVMExists, req.Name)
