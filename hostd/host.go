@@ -131,6 +131,7 @@ func New(cfg Config) (*Host, error) {
 	h := &Host{cfg: cfg, log: cfg.Log, pool: p, vgpus: map[string]*served{}, vms: map[string]*vmRec{},
 		destroying: map[string]chan struct{}{}, metrics: newMetrics()}
 	h.recoverMigrations()
+	h.recoverVMs()
 	h.log.Info().Uint64("pool_size", cfg.PoolSize).Str("run_dir", cfg.RunDir).Msg("host ready")
 	return h, nil
 }

@@ -250,6 +250,9 @@ func (h *Host) StopVM(name string) error {
 	delete(h.vms, name)
 	h.mu.Unlock()
 	r.close()
+	if r.kind == KindQEMU && !r.adopted {
+		h.forgetVMFiles(filepath.Dir(r.qmpPath))
+	}
 	if r.ownsVGPU {
 		if err := h.Destroy(r.vgpu); err != nil && !errors.Is(err, ErrNotFound) {
 			return err
