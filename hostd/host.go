@@ -373,6 +373,9 @@ func (h *Host) Close() error {
 	var errs []error
 	for _, r := range vms {
 		r.close()
+		if r.kind == KindQEMU && !r.adopted && r.qmpPath != "" && r.state != vmLost {
+			h.forgetVMFiles(filepath.Dir(r.qmpPath)) // stopped with gmigd: not lost (a lost one stays reported)
+		}
 	}
 	for _, s := range all {
 		errs = append(errs, h.shutdown(s))

@@ -114,7 +114,7 @@ func (h *Host) forgetVM(name string) {
 	if r.console != nil {
 		r.console.Close()
 	}
-	if r.kind == KindQEMU && !r.adopted {
+	if r.kind == KindQEMU && !r.adopted && r.qmpPath != "" {
 		h.forgetVMFiles(filepath.Dir(r.qmpPath)) // its QEMU quit: the VM runs at the destination
 	}
 	if err := h.Destroy(r.vgpu); err != nil {

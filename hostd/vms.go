@@ -250,7 +250,7 @@ func (h *Host) StopVM(name string) error {
 	delete(h.vms, name)
 	h.mu.Unlock()
 	r.close()
-	if r.kind == KindQEMU && !r.adopted {
+	if r.kind == KindQEMU && !r.adopted && r.qmpPath != "" {
 		h.forgetVMFiles(filepath.Dir(r.qmpPath))
 	}
 	if r.ownsVGPU {
