@@ -134,7 +134,7 @@ func (m *outgoing) run(ctx context.Context) error {
 		err = context.Cause(pctx)
 	}
 	if err != nil {
-		return m.rollback(ctx, "VMM switchover", err)
+		return m.rollback(ctx, "VMM switchover", hungUp(ctx, pctx, err))
 	}
 	m.times.switched = time.Now()
 	m.rep.VMM = m.VM.Progress()
