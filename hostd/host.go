@@ -89,10 +89,14 @@ type Host struct {
 	log  zerolog.Logger
 	pool *pool.Pool
 
-	mu     sync.Mutex
-	vgpus  map[string]*served
-	vms    map[string]*vmRec
-	closed bool
+	mu    sync.Mutex
+	vgpus map[string]*served
+	vms   map[string]*vmRec
+	// destroying holds the names of vGPUs whose shutdown is under way,
+	// out of vgpus already; each channel closes when its shutdown is
+	// done. A name is not given again before then (lockName).
+	destroying map[string]chan struct{}
+	closed     bool
 
 	metrics *metrics
 }
@@ -102,6 +106,7 @@ type served struct {
 	v      *vgpu.VGPU
 	native *native.Device // v with the vfio-user migration interface
 	socket string
+	sockFI os.FileInfo // the socket file this vGPU bound (removeOwnSocket)
 	stop   context.CancelFunc
 	done   chan error
 	state  string
@@ -123,8 +128,10 @@ func New(cfg Config) (*Host, error) {
 	if err != nil {
 		return nil, fmt.Errorf("hostd: creating %d-byte pool: %w", cfg.PoolSize, err)
 	}
-	h := &Host{cfg: cfg, log: cfg.Log, pool: p, vgpus: map[string]*served{}, vms: map[string]*vmRec{}, metrics: newMetrics()}
+	h := &Host{cfg: cfg, log: cfg.Log, pool: p, vgpus: map[string]*served{}, vms: map[string]*vmRec{},
+		destroying: map[string]chan struct{}{}, metrics: newMetrics()}
 	h.recoverMigrations()
+	h.recoverVMs()
 	h.log.Info().Uint64("pool_size", cfg.PoolSize).Str("run_dir", cfg.RunDir).Msg("host ready")
 	return h, nil
 }
@@ -134,7 +141,7 @@ func (h *Host) Pool() *pool.Pool { return h.pool }
 
 // Create makes a vGPU and starts serving it on RunDir/NAME.sock.
 func (h *Host) Create(cfg vgpu.Config) (Info, error) {
-	h.mu.Lock()
+	h.lockName(cfg.Name)
 	defer h.mu.Unlock()
 	s, err := h.createLocked(cfg, stateLive)
 	if err != nil {
@@ -143,7 +150,22 @@ func (h *Host) Create(cfg vgpu.Config) (Info, error) {
 	return s.info(), nil
 }
 
-// createLocked makes a vGPU in state and serves it.
+// lockName takes the host lock once no vGPU of name is being destroyed:
+// a vGPU made under that name afterwards gets its socket path and its
+// memory only when the last one has let go of them.
+func (h *Host) lockName(name string) {
+	for {
+		h.mu.Lock()
+		ch, ok := h.destroying[name]
+		if !ok {
+			return
+		}
+		h.mu.Unlock()
+		<-ch
+	}
+}
+
+// createLocked makes a vGPU in state and serves it (lockName first).
 func (h *Host) createLocked(cfg vgpu.Config, state string) (*served, error) {
 	if !nameRE.MatchString(cfg.Name) {
 		return nil, fmt.Errorf("%w: %q (want 1-32 of a-z 0-9 _ -, starting with a letter or digit)", ErrName, cfg.Name)
@@ -188,15 +210,25 @@ func (h *Host) serveLocked(v *vgpu.VGPU) (*served, error) {
 	if err != nil {
 		return nil, fmt.Errorf("hostd: listening on %s: %w", path, err)
 	}
+	// The path is removed by shutdown, and only while it is still this
+	// listener's socket: closing a listener unlinks its path whatever is
+	// there by then.
+	l.SetUnlinkOnClose(false)
+	fi, err := os.Lstat(path)
+	if err != nil {
+		_ = l.Close()
+		return nil, fmt.Errorf("hostd: %w", err)
+	}
 	// Served through native.Device: the vfio-user migration interface
 	// (DEVICE_FEATURE, MIG_DATA_*) is there for a client that drives it.
 	n, err := native.New(v, precopy.Options{Log: h.log})
 	if err != nil {
 		_ = l.Close()
+		_ = os.Remove(path)
 		return nil, err
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	s := &served{v: v, native: n, socket: path, stop: stop, done: make(chan error, 1)}
+	s := &served{v: v, native: n, socket: path, sockFI: fi, stop: stop, done: make(chan error, 1)}
 	go func() {
 		err := v.ServeDevice(ctx, l, n)
 		_ = l.Close()
@@ -219,6 +251,13 @@ func removeStaleSocket(path string) error {
 		return fmt.Errorf("hostd: %s exists and is not a socket", path)
 	}
 	return os.Remove(path)
+}
+
+// removeOwnSocket deletes s's socket file if it is still the one s bound.
+func (s *served) removeOwnSocket() {
+	if fi, err := os.Lstat(s.socket); err == nil && os.SameFile(fi, s.sockFI) {
+		_ = os.Remove(s.socket)
+	}
 }
 
 func (s *served) info() Info {
@@ -267,12 +306,31 @@ func (h *Host) VGPU(name string) (*vgpu.VGPU, error) {
 func (h *Host) Destroy(name string) error {
 	h.mu.Lock()
 	s, ok := h.vgpus[name]
-	delete(h.vgpus, name)
-	h.mu.Unlock()
 	if !ok {
+		h.mu.Unlock()
 		return fmt.Errorf("%w: %s", ErrNotFound, name)
 	}
+	done := h.unlistLocked(name)
+	h.mu.Unlock()
+	defer h.listDone(name, done)
 	return h.shutdown(s)
+}
+
+// unlistLocked takes vGPU name out of the list for its shutdown; the name
+// stays taken until listDone.
+func (h *Host) unlistLocked(name string) chan struct{} {
+	delete(h.vgpus, name)
+	done := make(chan struct{})
+	h.destroying[name] = done
+	return done
+}
+
+// listDone frees name once its vGPU's shutdown is done.
+func (h *Host) listDone(name string, done chan struct{}) {
+	h.mu.Lock()
+	delete(h.destroying, name)
+	h.mu.Unlock()
+	close(done)
 }
 
 // destroyServed destroys vGPU name if it is still s.
@@ -282,15 +340,16 @@ func (h *Host) destroyServed(name string, s *served) error {
 		h.mu.Unlock()
 		return fmt.Errorf("%w: %s", ErrNotFound, name)
 	}
-	delete(h.vgpus, name)
+	done := h.unlistLocked(name)
 	h.mu.Unlock()
+	defer h.listDone(name, done)
 	return h.shutdown(s)
 }
 
 func (h *Host) shutdown(s *served) error {
 	s.stop()
 	serr := <-s.done
-	_ = os.Remove(s.socket)
+	s.removeOwnSocket()
 	err := s.native.Close() // ends any native migration, then closes the vGPU
 	if serr != nil && !errors.Is(serr, context.Canceled) {
 		h.log.Warn().Err(serr).Str("vgpu", s.v.Name()).Msg("vfio-user server ended with an error")
@@ -314,6 +373,9 @@ func (h *Host) Close() error {
 	var errs []error
 	for _, r := range vms {
 		r.close()
+		if r.kind == KindQEMU && !r.adopted && r.qmpPath != "" && r.state != vmLost {
+			h.forgetVMFiles(filepath.Dir(r.qmpPath)) // stopped with gmigd: not lost (a lost one stays reported)
+		}
 	}
 	for _, s := range all {
 		errs = append(errs, h.shutdown(s))

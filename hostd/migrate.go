@@ -114,6 +114,9 @@ func (h *Host) forgetVM(name string) {
 	if r.console != nil {
 		r.console.Close()
 	}
+	if r.kind == KindQEMU && !r.adopted && r.qmpPath != "" {
+		h.forgetVMFiles(filepath.Dir(r.qmpPath)) // its QEMU quit: the VM runs at the destination
+	}
 	if err := h.Destroy(r.vgpu); err != nil {
 		h.log.Warn().Err(err).Str("vgpu", r.vgpu).Msg("destroying the migrated vGPU")
 	}
@@ -176,6 +179,7 @@ func (h *Host) recoverMigrations() {
 		if o.PID > 0 && isOurQEMU(o.PID, h.cfg.RunDir) {
 			if err := syscall.Kill(o.PID, syscall.SIGKILL); err == nil {
 				h.log.Warn().Str("migration", id).Int("pid", o.PID).Msg("ended the QEMU of an incoming migration left pending")
+				h.waitGone(o.PID, 5*time.Second) // before recoverVMs looks for live ones
 			}
 		}
 		if err := store.Save(id, orchestrator.Outcome{State: "aborted", At: time.Now()}); err != nil {
@@ -200,7 +204,9 @@ func isOurQEMU(pid int, runDir string) bool {
 func (h *Host) Land(ctx context.Context, p orchestrator.Prepare, via net.Addr) (orchestrator.Landing, error) {
 	h.metrics.migrationStarted("destination")
 	name := p.VGPU.Name
-	h.mu.Lock()
+	// A name whose last landing is still being discarded (a migration
+	// retried at once) is taken once that is done.
+	h.lockName(name)
 	if _, ok := h.vms[name]; ok {
 		h.mu.Unlock()
 		return nil, fmt.Errorf("%w: %s", ErrVMExists, name)
@@ -241,6 +247,10 @@ func (l *landing) startVM(ctx context.Context, p orchestrator.Prepare, via net.A
 		r, err := l.h.launch(ctx, l.name, spec, l.s.socket, true)
 		if err != nil {
 			return err
+		}
+		if err := os.WriteFile(incomingMark(filepath.Dir(r.qmpPath)), nil, 0o640); err != nil {
+			r.close()
+			return fmt.Errorf("hostd: marking the VM incoming: %w", err)
 		}
 		l.rec = r
 		in := &qemu.Incoming{VM: r.q}
@@ -283,6 +293,9 @@ func (l *landing) Commit() {
 	l.s.state = stateLive
 	l.rec.state = vmRunning
 	l.h.vms[l.name] = l.rec
+	if l.rec.qmpPath != "" {
+		_ = os.Remove(incomingMark(filepath.Dir(l.rec.qmpPath)))
+	}
 }
 
 // Discard stops the VM and destroys the vGPU.
@@ -292,6 +305,7 @@ func (l *landing) Discard() {
 		if l.rec.console != nil {
 			l.rec.console.Close()
 		}
+		l.h.forgetVMFiles(filepath.Dir(l.rec.qmpPath))
 	}
 	// This landing's vGPU only: the name may already be another's.
 	if err := l.h.destroyServed(l.name, l.s); err != nil && !errors.Is(err, ErrNotFound) {

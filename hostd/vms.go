@@ -110,7 +110,7 @@ func (h *Host) StartVM(ctx context.Context, req StartVMRequest) (VMInfo, error) 
 	if err != nil {
 		return VMInfo{}, err
 	}
-	h.mu.Lock()
+	h.lockName(req.Name)
 	if _, ok := h.vms[req.Name]; ok {
 		h.mu.Unlock()
 		return VMInfo{}, fmt.Errorf("%w: %s", ErrVMExists, req.Name)
@@ -250,6 +250,9 @@ func (h *Host) StopVM(name string) error {
 	delete(h.vms, name)
 	h.mu.Unlock()
 	r.close()
+	if r.kind == KindQEMU && !r.adopted && r.qmpPath != "" {
+		h.forgetVMFiles(filepath.Dir(r.qmpPath))
+	}
 	if r.ownsVGPU {
 		if err := h.Destroy(r.vgpu); err != nil && !errors.Is(err, ErrNotFound) {
 			return err

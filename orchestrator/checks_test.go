@@ -152,6 +152,28 @@ func checkCleanup(t *testing.T, e *env, live string) string {
 	return cleanUnreached
 }
 
+// checkMemory checks the vGPU memory where the VM runs, before anything
+// runs on it again, and says what it equals: at the source, what it was
+// before the migration; at the destination, the source's at the stop.
+func checkMemory(t *testing.T, e *env, live string) string {
+	t.Helper()
+	switch live {
+	case liveSource:
+		if !bytes.Equal(e.dev.V.Memory(), e.mem0) {
+			t.Error("the source vGPU's memory changed")
+			return "DIFFERS from before the migration"
+		}
+		return "equal to before the migration"
+	case liveDest:
+		if !bytes.Equal(e.landings()[0].v.Memory(), e.dev.V.Memory()) {
+			t.Error("the destination vGPU's memory differs from the source's")
+			return "DIFFERS from the source's"
+		}
+		return "destination's equal to the source's at the stop"
+	}
+	return "—"
+}
+
 // checkRuns checks that the vGPU where the VM runs runs: its engine takes
 // commands. At the source, its memory is also what it was.
 func checkRuns(t *testing.T, e *env, live string) {

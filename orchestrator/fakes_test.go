@@ -82,6 +82,7 @@ type fakeSourceVM struct {
 	failWaitPaused, failSwitchover error
 	onMigrate                      func()                          // the guest's work while its VMM migrates
 	onPaused                       func()                          // right after the pause
+	precopy                        func(ctx context.Context) error // the VMM's RAM pre-copy, before the pause (nil: instant)
 	switchover                     func(ctx context.Context) error // replaces Switchover's work
 
 	mu       sync.Mutex
@@ -120,6 +121,9 @@ func (vm *fakeSourceVM) Migrate(ctx context.Context, target string) error {
 func (vm *fakeSourceVM) WaitPaused(ctx context.Context) (time.Time, error) {
 	start := time.Now()
 	err := vm.failWaitPaused
+	if err == nil && vm.precopy != nil {
+		err = vm.precopy(ctx)
+	}
 	if err == nil {
 		err = ctx.Err()
 	}

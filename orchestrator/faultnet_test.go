@@ -216,6 +216,30 @@ func (n *faultNet) killDest() {
 	}
 }
 
+// killSource is the source gmigd dying: every connection it dialed
+// closes at once, with nothing more said.
+func (n *faultNet) killSource() {
+	n.mu.Lock()
+	conns := n.conns
+	n.mu.Unlock()
+	for _, c := range conns {
+		if c.side == atSource {
+			c.Conn.Close()
+		}
+	}
+}
+
+// cut is the network between the hosts failing: every connection
+// closes at both ends (each peer reads the end or a reset).
+func (n *faultNet) cut() {
+	n.mu.Lock()
+	conns := n.conns
+	n.mu.Unlock()
+	for _, c := range conns {
+		c.Conn.Close()
+	}
+}
+
 // closeAll closes every socket, stalled ones included (test cleanup).
 func (n *faultNet) closeAll() {
 	n.mu.Lock()

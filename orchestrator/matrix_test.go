@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/gmig-dev/gmig/internal/migtest"
 	"github.com/gmig-dev/gmig/precopy"
 	"github.com/gmig-dev/gmig/precopy/stream"
 )
@@ -102,6 +104,15 @@ func faultCells() []cell {
 		setup: func(e *env) { e.net.refuse.Store(true) },
 		want:  want{err: ErrRolledBack, is: errRefused, live: liveSource, cleanup: cleanUnreached},
 	}, {
+		name:  "0b network cut at prepare (the destination's ready lost with its connection)",
+		setup: func(e *env) { e.net.add(&fault{side: atDest, kind: kindMigrate, when: isReady, act: actCut}) },
+		want:  want{err: ErrRolledBack, text: "prepare", live: liveSource, cleanup: cleanDiscarded},
+	}, {
+		name:  "0c the destination's ready stalled: the source's message timeout",
+		setup: func(e *env) { e.net.add(&fault{side: atDest, kind: kindMigrate, when: isReady, act: actStall}) },
+		src:   Timeouts{Message: slow},
+		want:  want{err: ErrRolledBack, text: "prepare", live: liveSource, cleanup: cleanDiscarded},
+	}, {
 		name:  "1 destination refuses at Land",
 		setup: func(e *env) { e.host().refuse = errors.New("no room for vm") },
 		want:  want{err: ErrRolledBack, text: "the destination refused: no room for vm", live: liveSource, cleanup: cleanNotLanded},
@@ -122,6 +133,68 @@ func faultCells() []cell {
 		name:  "2c migration cancelled by its caller while the VMM migrates",
 		setup: func(e *env) { e.vm.onMigrate = e.cancel },
 		want:  want{err: ErrRolledBack, is: context.Canceled, text: "pre-copy", live: liveSource, cleanup: cleanDiscarded},
+	}, {
+		name: "2d data connection stalled (its hello never arrives): the destination's data timeout",
+		setup: func(e *env) {
+			e.net.add(&fault{side: atSource, kind: kindData, act: actStall})
+			e.vm.precopy = func(ctx context.Context) error { return waitFor(ctx, nil) }
+		},
+		dst:  Timeouts{Data: slow},
+		want: want{err: ErrRolledBack, text: "pre-copy", live: liveSource, cleanup: cleanDiscarded},
+	}, {
+		name: "2e flipped byte in the vGPU live phase",
+		setup: func(e *env) {
+			e.net.add(&fault{side: atSource, kind: kindData, act: actCorrupt, when: func(at int64, p []byte) bool {
+				return at > 32<<10 && len(p) > stream.FrameHeaderSize
+			}})
+		},
+		// The live phase's section is checked at its end, which comes
+		// with the stop phase: the destination refuses there.
+		want: want{err: ErrRolledBack, is: precopy.ErrRefused, text: "checksum", live: liveSource, cleanup: cleanDiscarded},
+	}, {
+		name: "3b destination gmigd killed during the VMM's pre-copy",
+		setup: func(e *env) {
+			e.vm.precopy = func(ctx context.Context) error {
+				e.net.killDest()
+				return waitFor(ctx, nil)
+			}
+		},
+		want: want{err: ErrRolledBack, text: "pre-copy", live: liveSource, cleanup: cleanDiscarded},
+	}, {
+		// In-process the source's code lives on and rolls its side back;
+		// the destination sees what a killed source leaves: its
+		// connections end with no decision.
+		name: "3c source gmigd killed during the VMM's pre-copy (its connections end, nothing said)",
+		setup: func(e *env) {
+			e.vm.precopy = func(ctx context.Context) error {
+				e.net.killSource()
+				return waitFor(ctx, nil)
+			}
+		},
+		want: want{err: ErrRolledBack, text: "pre-copy", live: liveSource, cleanup: cleanDiscarded},
+	}, {
+		name: "3d network cut during the VMM's pre-copy",
+		setup: func(e *env) {
+			e.vm.precopy = func(ctx context.Context) error {
+				e.net.cut()
+				return waitFor(ctx, nil)
+			}
+		},
+		want: want{err: ErrRolledBack, text: "pre-copy", live: liveSource, cleanup: cleanDiscarded},
+	}, {
+		// The stop phase's bytes vanish both ways; the source's bound on
+		// it ends the migration and its abort reaches the destination on
+		// the control connection.
+		name: "3e network stalled from the VMM's pre-copy (data connection partitioned): the source's stop-phase timeout",
+		setup: func(e *env) {
+			e.vm.precopy = func(context.Context) error {
+				e.net.stall(atSource, kindData)
+				e.net.stall(atDest, kindData)
+				return nil
+			}
+		},
+		src:  Timeouts{Decision: slow},
+		want: want{err: ErrRolledBack, is: context.DeadlineExceeded, text: "stop phase", live: liveSource, cleanup: cleanDiscarded},
 	}, {
 		name:  "3 SourceVM.WaitPaused fails",
 		setup: func(e *env) { e.vm.failWaitPaused = errVMM },
@@ -162,6 +235,21 @@ func faultCells() []cell {
 		src:  Timeouts{Decision: slow},
 		dst:  Timeouts{Decision: slow},
 		want: want{err: ErrRolledBack, is: context.DeadlineExceeded, text: "stop phase", live: liveSource, cleanup: cleanDiscarded},
+	}, {
+		name: "4c destination gmigd killed during the stop phase",
+		setup: func(e *env) {
+			e.net.add(&fault{side: atSource, kind: kindData, when: e.whilePaused, act: actPass, first: e.net.killDest})
+		},
+		want: want{err: ErrRolledBack, text: "stop phase", live: liveSource, cleanup: cleanDiscarded},
+	}, {
+		name: "6b network cut during the VMM switchover",
+		setup: func(e *env) {
+			e.vm.switchover = func(ctx context.Context) error {
+				e.net.cut()
+				return waitFor(ctx, nil)
+			}
+		},
+		want: want{err: ErrRolledBack, text: "VMM switchover", live: liveSource, cleanup: cleanDiscarded},
 	}, {
 		name:  "6 SourceVM.Switchover fails",
 		setup: func(e *env) { e.vm.failSwitchover = errVMM },
@@ -283,32 +371,47 @@ func faultCells() []cell {
 	}}
 }
 
-// TestFaultMatrix runs every cell and logs the table docs/reliability.md
-// lists.
+// TestFaultMatrix runs every cell and logs its table; with
+// GMIG_RELIABILITY_OUT set it also writes it there as markdown (make
+// reliability puts it in docs/reliability.md).
 func TestFaultMatrix(t *testing.T) {
 	cells := faultCells()
 	var mu sync.Mutex
-	rows := make([]string, len(cells))
+	rows := make([][]string, len(cells))
 	t.Run("cells", func(t *testing.T) {
 		for i, c := range cells {
 			t.Run(c.name, func(t *testing.T) {
 				t.Parallel()
-				row := runCell(t, c)
-				t.Log(row)
-				mu.Lock()
-				rows[i] = row
-				mu.Unlock()
+				var row []string
+				defer func() {
+					if t.Failed() || row == nil {
+						row = []string{c.name, "FAILED (see the test's log)", "", "", "", ""}
+					}
+					mu.Lock()
+					rows[i] = row
+					mu.Unlock()
+				}()
+				row = runCell(t, c)
+				t.Log(strings.Join(row, " | "))
 			})
 		}
 	})
-	t.Log("cell | outcome | live copy | cleanup")
+	header := []string{"cell", "the VM runs at", "Migrate returned", "the error the user saw", "cleanup checked", "vGPU memory"}
+	t.Log(strings.Join(header, " | "))
 	for _, r := range rows {
-		t.Log(r)
+		t.Log(strings.Join(r, " | "))
+	}
+	if err := migtest.WriteReliability(migtest.Table{
+		Title:  "In-process fault matrix (orchestrator.TestFaultMatrix)",
+		Note:   fmt.Sprintf("%d cells, run in parallel under `go test -race`, as observed on this run.", len(cells)),
+		Header: header, Rows: rows,
+	}); err != nil {
+		t.Error(err)
 	}
 }
 
 // runCell runs one cell and returns its table row, as observed.
-func runCell(t *testing.T, c cell) string {
+func runCell(t *testing.T, c cell) []string {
 	e := newEnv(t, c.dst)
 	if c.setup != nil {
 		c.setup(e)
@@ -348,6 +451,11 @@ func runCell(t *testing.T, c cell) string {
 	if cleanup != c.want.cleanup {
 		t.Errorf("cleanup %q, want %q", cleanup, c.want.cleanup)
 	}
+	memory := checkMemory(t, e, live)
 	checkRuns(t, e, live)
-	return fmt.Sprintf("%s | %s | %s | %s", c.name, outcome, live, cleanup)
+	said := "—"
+	if err != nil {
+		said = err.Error()
+	}
+	return []string{c.name, live, outcome, said, cleanup, memory}
 }

@@ -122,11 +122,11 @@ func (m *outgoing) run(ctx context.Context) error {
 	pctx, stopWatch := m.watchControl(ctx)
 	if err := m.live(pctx, incoming); err != nil {
 		stopWatch()
-		return m.rollback(ctx, "pre-copy", err)
+		return m.rollback(ctx, "pre-copy", hungUp(ctx, pctx, err))
 	}
 	if err := m.stop(pctx); err != nil {
 		stopWatch()
-		return m.rollback(ctx, "stop phase", err)
+		return m.rollback(ctx, "stop phase", hungUp(ctx, pctx, err))
 	}
 	m.progress.enter(PhaseSwitchover)
 	err = m.VM.Switchover(pctx)
@@ -134,7 +134,7 @@ func (m *outgoing) run(ctx context.Context) error {
 		err = context.Cause(pctx)
 	}
 	if err != nil {
-		return m.rollback(ctx, "VMM switchover", err)
+		return m.rollback(ctx, "VMM switchover", hungUp(ctx, pctx, err))
 	}
 	m.times.switched = time.Now()
 	m.rep.VMM = m.VM.Progress()
@@ -190,6 +190,19 @@ func (m *outgoing) watchControl(ctx context.Context) (context.Context, func() bo
 		cancel(nil)
 		return live
 	}
+}
+
+// hungUp names the destination's hang-up (watchControl's cause) in err
+// when that is what ended a phase, which itself saw only its context
+// cancelled; a cancelled ctx (the caller's) is left as it is.
+func hungUp(ctx, pctx context.Context, err error) error {
+	if ctx.Err() != nil || !errors.Is(err, context.Canceled) {
+		return err
+	}
+	if cause := context.Cause(pctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return fmt.Errorf("%w (%w)", cause, err)
+	}
+	return err
 }
 
 // await waits for the destination's next message and decodes it into v.

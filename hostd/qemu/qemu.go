@@ -355,10 +355,12 @@ func Start(ctx context.Context, c Config) (*VM, error) {
 		return nil, err
 	}
 	cmd := c.Root.Command(context.Background(), args...)
-	// QEMU outlives a gmigd that dies: the VM runs on (its vGPU's device
-	// model is gone with gmigd). A destination's QEMU waiting for an
-	// incoming migration is paused and never runs the VM without the
-	// commit; a restarted gmigd ends it (hostd, "recovering").
+	// A gmigd that dies does not signal QEMU (its own process group), but
+	// its vGPU's device model dies with it and QEMU 11.1.3's vfio-user
+	// client aborts once the guest uses the device (migration-protocol.md
+	// §3). A destination's QEMU waiting for an incoming migration is
+	// paused and never runs the VM without the commit; a restarted gmigd
+	// ends it, and reports the VMs its last run left (hostd.recoverVMs).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Stdout, cmd.Stderr = c.Serial, c.Serial
 	if cmd.Stdout == nil {

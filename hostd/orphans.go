@@ -1,0 +1,88 @@
+package hostd
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/gmig-dev/gmig/hostd/qemu"
+)
+
+// States of the VMs a restarted gmigd finds its last run left (recoverVMs).
+const (
+	// vmVGPULost: the VM's QEMU outlived the gmigd that started it; the
+	// vGPU's device model and memory died with that gmigd, so the guest
+	// runs without a working vGPU. It cannot migrate; `gmigd vm stop`
+	// ends it.
+	vmVGPULost = "vgpu-lost"
+	// vmLost: the VM's QEMU ended with the gmigd that started it. QEMU
+	// 11.1.3's vfio-user client aborts when its server goes away while
+	// the guest uses the device ("util/error.c:62: error_setv: Assertion
+	// `*errp == NULL' failed."; migration-protocol.md §5): the VM is
+	// gone. `gmigd vm stop` forgets it.
+	vmLost = "lost"
+)
+
+// recoverVMs reports the VMs an earlier gmigd of this run directory
+// started and did not stop: each left its QMP socket,
+// RUN-DIR/vms/NAME/qmp.sock. A QEMU still behind it is adopted and
+// listed in state vgpu-lost, an outgoing migration it was left in ended
+// first (qemu.VM.EndOrphanedMigration: cancelled and the VM continued if
+// it had not completed; left paused if it had). A socket with no QEMU
+// behind it is a VM that died with that gmigd: listed in state lost until
+// it is stopped. The QEMUs of incoming migrations left pending are ended
+// before (recoverMigrations) and are not reported.
+func (h *Host) recoverVMs() {
+	socks, _ := filepath.Glob(filepath.Join(h.cfg.RunDir, "vms", "*", "qmp.sock"))
+	for _, sock := range socks {
+		name := filepath.Base(filepath.Dir(sock))
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		q, err := qemu.Adopt(ctx, sock, qemu.DeviceID)
+		if err != nil {
+			cancel()
+			if _, ierr := os.Stat(incomingMark(filepath.Dir(sock))); ierr == nil {
+				// An incoming migration's QEMU: it never ran the VM.
+				h.forgetVMFiles(filepath.Dir(sock))
+				continue
+			}
+			h.log.Warn().Err(err).Str("vm", name).Str("console", filepath.Join(filepath.Dir(sock), "console.log")).
+				Msg("a VM's QEMU ended with the last gmigd: listed as " + vmLost + " (gmigd vm stop forgets it)")
+			h.vms[name] = &vmRec{name: name, kind: KindQEMU, vgpu: name, state: vmLost, qmpPath: sock}
+			continue
+		}
+		state, mig, err := q.EndOrphanedMigration(ctx)
+		cancel()
+		log := h.log.Warn()
+		if err != nil {
+			log = h.log.Error().Err(err)
+		}
+		log.Str("vm", name).Int("pid", q.PID()).Str("qemu_state", state).Str("migration", mig).
+			Msg("a VM's QEMU outlived the last gmigd; its vGPU was lost with it: listed as " + vmVGPULost + " (gmigd vm stop ends it)")
+		h.vms[name] = &vmRec{name: name, kind: KindQEMU, vgpu: name, state: vmVGPULost, q: q, qmpPath: sock}
+	}
+}
+
+// incomingMark is the file that marks a VM directory as an incoming
+// migration's until its commit: its QEMU never ran the VM, and a restart
+// that finds it gone does not report it lost.
+func incomingMark(dir string) string { return filepath.Join(dir, "incoming") }
+
+// forgetVMFiles removes what says a VM runs from its directory once gmigd
+// has ended the VM itself (its QMP socket: a QEMU killed leaves it; the
+// incoming mark). The console log stays.
+func (h *Host) forgetVMFiles(dir string) {
+	for _, f := range []string{filepath.Join(dir, "qmp.sock"), incomingMark(dir)} {
+		if err := os.Remove(f); err != nil && !os.IsNotExist(err) {
+			h.log.Warn().Err(err).Msg("removing a VM's file")
+		}
+	}
+}
+
+// waitGone waits up to timeout for our QEMU pid to end (a zombie has no
+// command line: it counts as gone).
+func (h *Host) waitGone(pid int, timeout time.Duration) {
+	for end := time.Now().Add(timeout); isOurQEMU(pid, h.cfg.RunDir) && time.Now().Before(end); {
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -1,0 +1,60 @@
+package hostd
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/rs/zerolog"
+)
+
+// TestRecoverVMs: a restarted gmigd lists a VM whose QEMU is gone (its
+// QMP socket left, nothing behind it) as lost until it is stopped, and
+// forgets an incoming migration's VM directory without reporting it.
+func TestRecoverVMs(t *testing.T) {
+	dir := t.TempDir()
+	stale := func(name string) string {
+		d := filepath.Join(dir, "vms", name)
+		if err := os.MkdirAll(d, 0o750); err != nil {
+			t.Fatal(err)
+		}
+		sock := filepath.Join(d, "qmp.sock")
+		l, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.SetUnlinkOnClose(false)
+		l.Close() // what a killed QEMU leaves
+		return d
+	}
+	stale("gone")
+	in := stale("arriving")
+	if err := os.WriteFile(incomingMark(in), nil, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	h, err := New(Config{PoolSize: 16 << 20, RunDir: dir, Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	vms := h.ListVMs()
+	if len(vms) != 1 || vms[0].Name != "gone" || vms[0].State != vmLost {
+		t.Fatalf("recovered %+v, want gone %s", vms, vmLost)
+	}
+	if _, err := os.Stat(filepath.Join(in, "qmp.sock")); !os.IsNotExist(err) {
+		t.Errorf("the incoming VM's socket: %v, want removed", err)
+	}
+	if _, err := h.MigrateVM(t.Context(), "gone", "127.0.0.1:1", MigrateOptions{}); err == nil {
+		t.Error("a lost VM migrates")
+	}
+	if err := h.StopVM("gone"); err != nil {
+		t.Fatal(err)
+	}
+	if vms := h.ListVMs(); len(vms) != 0 {
+		t.Errorf("after the stop: %+v", vms)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "vms", "gone", "qmp.sock")); !os.IsNotExist(err) {
+		t.Errorf("the lost VM's socket after the stop: %v", err)
+	}
+}
