@@ -58,14 +58,14 @@ test: deps fmt-check vet guest-image
 	GOTOOLCHAIN=auto $(GO) test -race -count=1 -timeout 30m ./... && \
 	echo "make test: all packages passed in $$(( $$(date +%s) - start ))s"
 
-# fuzz runs every fuzz target for FUZZTIME each.
+# FUZZ_REPORT is where `make fuzz` writes its table: per target, the
+# executions run, the new interesting inputs and whether it failed.
+FUZZ_REPORT ?= $(CACHE)/fuzz-report.txt
+
+# fuzz runs every fuzz target for FUZZTIME each (scripts/fuzz.sh), goes on
+# after a failure, prints the report and fails if any target failed.
 fuzz: deps
-	@for pkg in $$($(GO) list ./...); do \
-		for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
-			echo "== $$pkg $$f ($(FUZZTIME))"; \
-			GOTOOLCHAIN=auto $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
-		done; \
-	done
+	@GOTOOLCHAIN=auto GO=$(GO) scripts/fuzz.sh $(FUZZTIME) $(FUZZ_REPORT)
 
 # demo is the README's main command: two gmigd daemons and a Linux VM under
 # QEMU 11.1 using its vGPU, a live migration between them in the middle of

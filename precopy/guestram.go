@@ -165,11 +165,14 @@ func (g *GuestRAM) WriteTo(v *vgpu.VGPU) error {
 // errGuestRAM is a malformed GuestRAM section.
 var errGuestRAM = errors.New("precopy: malformed GuestRAM section")
 
-// add decodes one GuestRAM section payload into g; b is not retained.
+// add decodes one GuestRAM section payload into g; b is not retained. A
+// malformed payload is refused whole: g keeps none of its records.
 func (g *GuestRAM) add(b []byte) error {
 	if len(b) == 0 {
 		return fmt.Errorf("%w: empty", errGuestRAM)
 	}
+	var recs []guestRAMRec
+	total := g.bytes
 	for off := 0; off < len(b); {
 		if len(b)-off < guestRAMRecord {
 			return fmt.Errorf("%w: %d bytes left at offset %d, a record header is %d", errGuestRAM, len(b)-off, off, guestRAMRecord)
@@ -184,12 +187,17 @@ func (g *GuestRAM) add(b []byte) error {
 			return fmt.Errorf("%w: the range at %#x (%d bytes) crosses a page", errGuestRAM, gpa, n)
 		case uint64(len(b)-off) < n:
 			return fmt.Errorf("%w: the range at %#x has %d bytes, the section %d", errGuestRAM, gpa, n, len(b)-off)
-		case g.bytes+n > MaxGuestRAM:
+		case total+n > MaxGuestRAM:
 			return fmt.Errorf("%w: more than %d MiB of guest RAM", errGuestRAM, MaxGuestRAM>>20)
 		}
-		g.recs = append(g.recs, guestRAMRec{gpa: gpa, data: slices.Clone(b[off : off+int(n)])})
-		g.bytes += n
+		recs = append(recs, guestRAMRec{gpa: gpa, data: b[off : off+int(n)]})
+		total += n
 		off += int(n)
 	}
+	for i := range recs {
+		recs[i].data = slices.Clone(recs[i].data) // b is not retained
+	}
+	g.recs = append(g.recs, recs...)
+	g.bytes = total
 	return nil
 }

@@ -149,6 +149,9 @@ func TestGuestRAMRefuses(t *testing.T) {
 		if !errors.Is(err, errGuestRAM) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want %q", c.name, err, c.want)
 		}
+		if g.Ranges() != 0 || g.Bytes() != 0 {
+			t.Errorf("%s: %d ranges and %d bytes kept", c.name, g.Ranges(), g.Bytes())
+		}
 	}
 	var g GuestRAM
 	if err := g.add(append(rec(0x3008, 8, 0), 1, 2, 3, 4, 5, 6, 7, 8)); err != nil || g.Ranges() != 1 || g.Bytes() != 8 {
