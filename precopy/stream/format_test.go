@@ -11,7 +11,7 @@ import (
 // docs/migration-stream.md §9.
 func TestEmptyStreamMatchesDoc(t *testing.T) {
 	want, _ := hex.DecodeString(strings.ReplaceAll(
-		"47 4d 49 47 53 54 52 4d 01 00 00 00 00 00 00 00 ff 00 00 00 00 00 00 00 2f 82 3d 93", " ", ""))
+		"47 4d 49 47 53 54 52 4d 02 00 00 00 00 00 00 00 ff 00 00 00 00 00 00 00 2f 82 3d 93", " ", ""))
 	var buf bytes.Buffer
 	w, err := NewWriter(&buf)
 	if err != nil {
