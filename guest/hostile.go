@@ -223,12 +223,16 @@ func (h *Hostile) Run(ctx context.Context, d time.Duration) error {
 }
 
 // refused records an attempt: err must be a device error with every bit of
-// want set (want 0: any device error, or none).
+// want set (want 0: no error, the attempt was valid). An error that is not
+// the device's (the transport failed, ctx ended) is returned as it is.
 func (h *Hostile) refused(what string, err error, want uint32) error {
 	var de *DeviceError
-	ok := errors.As(err, &de) && de.Has(want)
-	if want == 0 && (err == nil || errors.As(err, &de)) {
-		ok = true
+	if err != nil && !errors.As(err, &de) {
+		return fmt.Errorf("guest: hostile: %s: %w", what, err)
+	}
+	ok := de != nil && de.Has(want)
+	if want == 0 {
+		ok = err == nil
 	}
 	h.count(func(s *HostileStats) {
 		s.Attempts++
