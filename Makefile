@@ -79,3 +79,12 @@ demo-sim: build
 
 clean:
 	rm -rf $(BIN)
+
+# soak runs hostd's load test for SOAK (default 30m): 16 simulated vGPUs'
+# workloads, migrated back and forth between two gmigd four at a time,
+# with the process's heap, descriptors and goroutines sampled and checked
+# flat (docs/testing.md, "Load and soak"). Not part of `make test`.
+SOAK ?= 30m
+.PHONY: soak
+soak: deps
+	GMIG_SOAK=$(SOAK) GOTOOLCHAIN=auto $(GO) test -count=1 -timeout 0 -run '^TestSoak$$' -v ./hostd
