@@ -62,6 +62,7 @@ type regs struct {
 // closes done when that is so.
 type ctlReq struct {
 	quiesce bool
+	fn      func() // if set: run between commands instead, the parking untouched
 	done    chan struct{}
 }
 
@@ -297,6 +298,36 @@ func (e *Engine) control(quiesce bool) (wait func()) {
 	}
 }
 
+// between runs fn with no command executing: on the engine goroutine,
+// between two commands, or here when there is none (nothing else uses the
+// back end then).
+func (e *Engine) between(fn func()) {
+	e.mu.Lock()
+	running := e.running
+	e.mu.Unlock()
+	if !running {
+		fn()
+		return
+	}
+	req := ctlReq{fn: fn, done: make(chan struct{})}
+	select {
+	case e.ctl <- req:
+	case <-e.done:
+		fn()
+		return
+	}
+	select {
+	case <-req.done:
+	case <-e.done:
+		// Stopped: it ran fn before stopping, or never took the request.
+		select {
+		case <-req.done:
+		default:
+			fn()
+		}
+	}
+}
+
 // WaitIdle returns when nothing is executing and there is no pending work
 // (head == tail, or the ring is disabled), or with ctx's error. Pending work
 // on a quiesced engine is not idle.
@@ -381,6 +412,11 @@ func (e *Engine) run() {
 }
 
 func (e *Engine) handle(req ctlReq) {
+	if req.fn != nil {
+		req.fn()
+		close(req.done)
+		return
+	}
 	e.mu.Lock()
 	e.quiesced = req.quiesce
 	e.mu.Unlock()

@@ -4,7 +4,10 @@ import (
 	"errors"
 	"math/rand/v2"
 	"reflect"
+	"runtime"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/gmig-dev/gmig/abi"
 	"github.com/gmig-dev/gmig/gtt"
@@ -439,5 +442,55 @@ func TestEngineDisableMidBatch(t *testing.T) {
 	}
 	if r := h.e.Regs(); r.Head != 0 || r.Tail != 0 {
 		t.Fatalf("enable did not zero head and tail: %+v", r)
+	}
+}
+
+// TestEngineResetKeepsQuiesce: a Quiesce (a migration's stop phase) that
+// races with a guest's reset holds. (Reset parked the engine itself and
+// unparked it at the end if it had found it running, undoing a Quiesce
+// that came in between: the engine ran the guest's commands after the
+// migration had stopped it.)
+func TestEngineResetKeepsQuiesce(t *testing.T) {
+	t.Parallel()
+	var h *harness
+	var quiesced func()
+	reset := make(chan struct{})
+	fired := make(chan struct{})
+	var once sync.Once
+	h = newHarness(t, 28, 8192, withHook(func(op string) {
+		once.Do(func() {
+			// While the command runs: the reset first, then the Quiesce.
+			go func() { h.e.Reset(); close(reset) }()
+			for len(h.e.ctl) == 0 {
+				runtime.Gosched()
+			}
+			quiesced = h.e.control(true)
+			close(fired)
+		})
+	}))
+	h.push(Fill{Dst: tDataGA, Len: 4096, Pattern: 1})
+	h.doorbell()
+	<-fired
+	quiesced()
+	<-reset
+	if r := h.e.Regs(); r.Enabled || r.CmdsDone != 0 {
+		t.Fatalf("after the reset: %+v", r)
+	}
+	h.e.SetRingBase(tRingGA)
+	h.e.SetRingSize(8192)
+	if err := h.e.SetEnabled(true); err != nil {
+		t.Fatal(err)
+	}
+	h.tail = 0
+	h.push(Fill{Dst: tDataGA, Len: 4096, Pattern: 2})
+	h.doorbell()
+	time.Sleep(20 * time.Millisecond)
+	if r := h.e.Regs(); r.CmdsDone != 0 || r.Head != 0 {
+		t.Fatalf("a quiesced engine ran a command after a reset: %+v", r)
+	}
+	h.e.Resume()
+	h.wait()
+	if r := h.e.Regs(); r.CmdsDone != 1 {
+		t.Fatalf("after Resume: %+v", r)
 	}
 }

@@ -179,12 +179,14 @@ func (e *Engine) Restore(s State) error {
 // Reset is the device reset of docs/device-abi.md §3: after the command in
 // flight, kernel objects are destroyed, the ring is disabled and its
 // registers, FENCE_DONE and CMDS_DONE are zeroed. Graphics memory is not
-// touched. An engine that was quiesced stays quiesced; otherwise it resumes.
-func (e *Engine) Reset() {
-	e.mu.Lock()
-	was := e.quiesced
-	e.mu.Unlock()
-	e.Quiesce()
+// touched. It leaves Quiesce and Resume's state alone: a quiesced engine
+// stays quiesced, a running one runs on, and a Quiesce that races with the
+// reset holds (the reset is done by the engine goroutine between
+// commands, not by parking and unparking it).
+func (e *Engine) Reset() { e.between(e.resetNow) }
+
+func (e *Engine) resetNow() {
+	e.syncBackend()
 	e.mu.Lock()
 	mods := e.modules
 	e.modules = make(map[uint32]Module)
@@ -196,9 +198,6 @@ func (e *Engine) Reset() {
 	e.log.Debug().Msg("engine: reset")
 	e.notifyIdleLocked()
 	e.mu.Unlock()
-	if !was {
-		e.Resume()
-	}
 }
 
 // restoreModules replaces the back end's guest modules with s's:

@@ -19,6 +19,9 @@
 //     achieved (Workload.Stats).
 //   - prefill.go: seeded resident data (textures, weights) over a fraction
 //     of graphics memory, the same from the host or through the aperture.
+//   - hostile*.go: a hostile guest program that attacks its own vGPU (GTT,
+//     DMA, copies, the ring, interrupts, resets) and checks the device
+//     refuses or contains every attempt (docs/security.md §2.7).
 //
 // A Driver is not safe for concurrent use: one goroutine owns it, as one
 // guest thread would own the device. Separate Drivers (separate vGPUs) are

@@ -161,7 +161,12 @@ func (d *Driver) startRing() error {
 	if d.fenceSlot, err = d.alloc.alloc(abi.PageSize); err != nil {
 		return fmt.Errorf("guest: placing the fence slot: %w", err)
 	}
-	if err := d.bus.WriteReg64(abi.RegRingBase, base); err != nil {
+	return d.enableRing()
+}
+
+// enableRing programs the ring placed at d.ringBase and enables it.
+func (d *Driver) enableRing() error {
+	if err := d.bus.WriteReg64(abi.RegRingBase, d.ringBase); err != nil {
 		return fmt.Errorf("guest: writing RING_BASE: %w", err)
 	}
 	if err := d.bus.WriteReg32(abi.RegRingSize, d.ringSize); err != nil {
@@ -223,6 +228,29 @@ func (d *Driver) Rebind(bus Bus) error {
 		return fmt.Errorf("guest: rebinding: reading RING_HEAD: %w", err)
 	}
 	return d.allocStaging()
+}
+
+// Reset resets the device (CONTROL.RESET, docs/device-abi.md §3) and
+// brings it up again as Open does, keeping the driver's GTT permutation,
+// allocations, ring placement and DMA staging buffer: graphics memory is
+// not cleared by a reset, so what the guest stored there is still at the
+// same graphics addresses afterwards. Commands submitted and not retired
+// before the reset are lost; the fence count starts again at 0.
+func (d *Driver) Reset() error {
+	if err := d.bus.WriteReg32(abi.RegControl, abi.ControlReset); err != nil {
+		return fmt.Errorf("guest: resetting the device: %w", err)
+	}
+	d.err, d.tail, d.flushed, d.head, d.fence = nil, 0, 0, 0, 0
+	if err := d.writeGTT(d.perm); err != nil {
+		return err
+	}
+	if err := d.enableRing(); err != nil {
+		return err
+	}
+	if err := d.bus.WriteReg32(abi.RegIntMask, abi.IntFence|abi.IntError); err != nil {
+		return fmt.Errorf("guest: unmasking interrupts: %w", err)
+	}
+	return nil
 }
 
 // CheckErrors reads ERR_STATUS; when it is nonzero it clears it (and the

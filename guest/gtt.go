@@ -41,6 +41,17 @@ func (d *Driver) mapGTT() error {
 	if uint64(d.gttEntries) < pages {
 		perm = perm[:d.gttEntries]
 	}
+	if err := d.writeGTT(perm); err != nil {
+		return err
+	}
+	d.perm = perm
+	d.alloc.init(uint64(len(perm)) << abi.PageShift)
+	return nil
+}
+
+// writeGTT programs the entries of perm, writable, and checks the device
+// took them.
+func (d *Driver) writeGTT(perm []uint32) error {
 	entries := make([]uint64, 0, gttChunk)
 	for first := 0; first < len(perm); first += gttChunk {
 		entries = entries[:0]
@@ -54,8 +65,6 @@ func (d *Driver) mapGTT() error {
 	if err := d.CheckErrors(); err != nil {
 		return fmt.Errorf("guest: programming the GTT: %w", err)
 	}
-	d.perm = perm
-	d.alloc.init(uint64(len(perm)) << abi.PageShift)
 	return nil
 }
 

@@ -163,9 +163,11 @@ func (w *Workload) Stats() WorkloadStats {
 }
 
 // pendingRead is a DMA_FROM_GFX whose result is checked after the fence.
+// It holds where in the staging buffer the result lands, not the bytes:
+// a Rebind in between (a migrated guest's new bus) maps guest RAM anew.
 type pendingRead struct {
 	op   Op
-	buf  []byte
+	off  uint64 // offset in the staging buffer
 	want []byte
 }
 

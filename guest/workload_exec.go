@@ -42,12 +42,13 @@ func (w *Workload) exec(ctx context.Context, d *Driver, op Op) error {
 		}
 		return d.DMAToGfx(ga(op.Dst), gpa, op.Len)
 	case OpDMAFrom:
-		gpa, buf, err := w.stage(d, op.Len)
+		gpa, _, err := w.stage(d, op.Len)
 		if err != nil {
 			return err
 		}
 		if m != nil {
-			w.pendingReads = append(w.pendingReads, pendingRead{op: op, buf: buf, want: RefDMAFromGfx(m, op.Src, op.Len)})
+			base, _ := d.Staging()
+			w.pendingReads = append(w.pendingReads, pendingRead{op: op, off: gpa - base, want: RefDMAFromGfx(m, op.Src, op.Len)})
 		}
 		return d.DMAFromGfx(ga(op.Src), gpa, op.Len)
 	case OpCPUWrite, OpCPUFloats:
@@ -132,10 +133,12 @@ func (w *Workload) stage(d *Driver, n uint64) (uint64, []byte, error) {
 // verify checks the step's DMA reads, the fence slot and the whole region
 // against the model.
 func (w *Workload) verify(ctx context.Context, d *Driver, fence uint64) error {
+	_, staging := d.Staging()
 	for _, r := range w.pendingReads {
-		if i := firstDiff(r.buf, r.want); i >= 0 {
+		got := staging[r.off : r.off+uint64(len(r.want))]
+		if i := firstDiff(got, r.want); i >= 0 {
 			return fmt.Errorf("guest: workload step %d: %s: guest RAM byte %d is %#02x, model %#02x",
-				w.steps-1, r.op, i, r.buf[i], r.want[i])
+				w.steps-1, r.op, i, got[i], r.want[i])
 		}
 	}
 	var slot [8]byte

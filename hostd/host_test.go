@@ -24,11 +24,14 @@ func newHost(t *testing.T) *Host {
 	return newHostWith(t, Config{})
 }
 
-// newHostWith is newHost with cfg's hooks (pool size, run dir and log are
-// the test's).
+// newHostWith is newHost with cfg's hooks and pool size (16 MiB if
+// unset); run dir and log are the test's.
 func newHostWith(t *testing.T, cfg Config) *Host {
 	t.Helper()
-	cfg.PoolSize, cfg.RunDir, cfg.Log = 16<<20, t.TempDir(), zerolog.Nop()
+	if cfg.PoolSize == 0 {
+		cfg.PoolSize = 16 << 20
+	}
+	cfg.RunDir, cfg.Log = t.TempDir(), zerolog.Nop()
 	h, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -8,9 +8,11 @@
 // the correctness suite (polling, then with interrupts: -irq=intx, the
 // default, takes INTx through uio_pci_generic; -irq=msi takes MSI through
 // vfio-pci; -irq=none only polls);
-// and, with -steps, a seeded workload that writes HEARTBEAT every -heartbeat
+// with -steps, a seeded workload that writes HEARTBEAT every -heartbeat
 // so the host can time the guest's pauses with its own clock, ending with
-// the workload's graphics-memory digest.
+// the workload's graphics-memory digest; and, with -hostile, the hostile
+// guest program, which attacks its own vGPU for -hostile-for and checks
+// that the device refuses every attempt.
 //
 // As PID 1 it mounts /proc, /sys and /dev, reserves huge pages for DMA,
 // loads the kernel modules its interrupt mode needs from those it carries,
@@ -45,6 +47,10 @@ type options struct {
 	measure   int
 	modules   string
 	workload  string
+	// hostile names the attacks of the hostile guest program to run
+	// (guest.ParseAttacks; "": none), for hostileFor.
+	hostile    string
+	hostileFor time.Duration
 }
 
 func parseFlags(args []string) (options, error) {
@@ -60,6 +66,8 @@ func parseFlags(args []string) (options, error) {
 	fs.Var((*irqFlag)(&o.irq), "irq", "also run with interrupts: intx (INTx through uio_pci_generic), msi (MSI through vfio-pci) or none; true means intx, false none")
 	fs.IntVar(&o.measure, "measure", 2000, "iterations of each latency measurement (0: skip)")
 	fs.StringVar(&o.modules, "modules", "/lib/modules/gmig", "directory of the kernel modules to load and their modules.dep")
+	fs.StringVar(&o.hostile, "hostile", "", "run the hostile guest program with these attacks: all, or a list of gtt,dma,copy,ring,irq,reset (docs/security.md, \"Hostile guests\")")
+	fs.DurationVar(&o.hostileFor, "hostile-for", 30*time.Second, "how long the hostile program attacks")
 	fs.StringVar(&o.workload, "workload", "", "workload profile and settings, e.g. render,rate=200,fill=0.75 (guest.ParseWorkload; default: the seeded mix)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -123,6 +131,9 @@ func run(args []string) bool {
 	}
 	if o.steps > 0 {
 		ok = workload(ctx, bus, o) && ok
+	}
+	if o.hostile != "" {
+		ok = hostile(ctx, bus, o) && ok
 	}
 	reportIRQCounts(bus)
 	return ok

@@ -1,0 +1,321 @@
+package guest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gmig-dev/gmig/abi"
+)
+
+// A hostile guest program (docs/security.md, "Hostile guests"): it drives
+// its own vGPU through the ABI as a malicious guest would — GTT entries
+// naming pages outside its partition, DMA outside guest RAM, oversized,
+// wrapping and overlapping copies, malformed and endless command streams,
+// interrupt storms, resets in the middle of a batch — and checks that the
+// device refuses or contains each attempt: the error registers say so,
+// refused GTT entries keep their value, and nothing it owns changed other
+// than as the ABI says (a sentinel area no attack targets stays intact, a
+// scratch area matches a reference model). It cannot see other vGPUs; the
+// tests that run it check those.
+
+// Attack is one class of hostile behaviour.
+type Attack string
+
+// The attacks, in the order a Hostile takes them.
+const (
+	AttackGTT   Attack = "gtt"   // out-of-partition and malformed GTT entries, entries past GTT_ENTRIES
+	AttackDMA   Attack = "dma"   // DMA outside guest RAM, wrapping DMA ranges, DMA to unmapped graphics memory
+	AttackCopy  Attack = "copy"  // oversized, wrapping, unmapped, overlapping and aliased COPY and FILL
+	AttackRing  Attack = "ring"  // malformed commands, garbage, bad doorbells, bad rings, command storms
+	AttackIRQ   Attack = "irq"   // interrupt storms, mask toggling, writes to read-only registers
+	AttackReset Attack = "reset" // CONTROL.RESET in the middle of a running batch
+)
+
+// Attacks lists every attack.
+var Attacks = []Attack{AttackGTT, AttackDMA, AttackCopy, AttackRing, AttackIRQ, AttackReset}
+
+// ParseAttacks reads a comma-separated list of attacks; "all" (or "")
+// means every one.
+func ParseAttacks(s string) ([]Attack, error) {
+	if s == "" || s == "all" {
+		return slices.Clone(Attacks), nil
+	}
+	var out []Attack
+	for _, w := range strings.Split(s, ",") {
+		a := Attack(strings.TrimSpace(w))
+		if a == "all" {
+			return slices.Clone(Attacks), nil
+		}
+		if !slices.Contains(Attacks, a) {
+			return nil, fmt.Errorf("guest: unknown attack %q (want all or a list of %v)", a, Attacks)
+		}
+		if !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	return out, nil
+}
+
+// ErrNotContained is wrapped by the error of an attempt the device did not
+// refuse or contain.
+var ErrNotContained = errors.New("guest: hostile attempt not refused")
+
+// HostileConfig shapes a Hostile.
+type HostileConfig struct {
+	Seed    int64
+	Attacks []Attack // nil: all
+	// Storm is how long a command storm keeps the ring full (default
+	// 20 ms; the ring attack runs one per step).
+	Storm time.Duration
+}
+
+// HostileStats count what a Hostile did; Stats may be read from any
+// goroutine.
+type HostileStats struct {
+	Steps    uint64            // attacks run
+	ByAttack map[Attack]uint64 // steps per attack
+	Attempts uint64            // hostile attempts made
+	Refused  uint64            // attempts refused or contained, as they must be
+	Failures uint64            // attempts that were not (each returned by Step)
+	Resets   uint64            // device resets issued
+	Storms   uint64            // command storms run
+	Commands uint64            // commands submitted by storms
+}
+
+// Sizes of the hostile's own graphics memory.
+const (
+	hostileScratch  = 64 << 10 // the area copies and storms work in, with a model
+	hostileSentinel = 16 << 10 // seeded bytes no attack targets
+)
+
+// Hostile is the hostile program on one Driver. Like the Driver, it is
+// owned by one goroutine.
+type Hostile struct {
+	d       *Driver
+	cfg     HostileConfig
+	rng     *rand.Rand
+	gateFn  func(context.Context) error
+	next    int
+	scratch uint64 // graphics address of the scratch area
+	model   []byte // what the scratch area must hold
+	spare   uint64 // graphics address of a page whose GTT entry attacks play with
+	sent    uint64 // graphics address of the sentinel area
+	sentRef []byte
+
+	mu    sync.Mutex
+	stats HostileStats
+}
+
+// NewHostile sets up the hostile program on d: it allocates its scratch,
+// sentinel and spare graphics memory and fills them.
+func NewHostile(d *Driver, cfg HostileConfig) (*Hostile, error) {
+	if cfg.Attacks == nil {
+		cfg.Attacks = slices.Clone(Attacks)
+	}
+	if cfg.Storm == 0 {
+		cfg.Storm = 20 * time.Millisecond
+	}
+	h := &Hostile{
+		d: d, cfg: cfg, rng: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x686f7374)), // "host"
+		model: make([]byte, hostileScratch), sentRef: make([]byte, hostileSentinel),
+		stats: HostileStats{ByAttack: map[Attack]uint64{}},
+	}
+	var err error
+	if h.scratch, err = d.Alloc(hostileScratch); err == nil {
+		if h.sent, err = d.Alloc(hostileSentinel); err == nil {
+			h.spare, err = d.Alloc(abi.PageSize)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("guest: hostile memory: %w", err)
+	}
+	seededBytes(h.sentRef, uint64(cfg.Seed)^0x5e47)
+	if err := d.WriteGA(h.sent, h.sentRef); err != nil {
+		return nil, err
+	}
+	if err := h.randomize(); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// SetGate installs a function called before each attack; it may block (a
+// simulator pauses the guest there). Its error ends Step.
+func (h *Hostile) SetGate(g func(context.Context) error) { h.gateFn = g }
+
+// Stats returns the counters.
+func (h *Hostile) Stats() HostileStats {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.stats
+	s.ByAttack = make(map[Attack]uint64, len(h.stats.ByAttack))
+	for k, v := range h.stats.ByAttack {
+		s.ByAttack[k] = v
+	}
+	return s
+}
+
+func (h *Hostile) count(f func(s *HostileStats)) {
+	h.mu.Lock()
+	f(&h.stats)
+	h.mu.Unlock()
+}
+
+// Step runs the next attack, then checks the device contained it: the
+// sentinel and scratch areas hold what they must and the vGPU still serves
+// the hostile. An error wrapping ErrNotContained is an attempt that was
+// not refused (the program may go on); any other error means the device
+// stopped serving it or the transport failed.
+func (h *Hostile) Step(ctx context.Context) error {
+	if h.gateFn != nil {
+		if err := h.gateFn(ctx); err != nil {
+			return err
+		}
+	}
+	a := h.cfg.Attacks[h.next%len(h.cfg.Attacks)]
+	h.next++
+	h.count(func(s *HostileStats) { s.Steps++; s.ByAttack[a]++ })
+	var err error
+	switch a {
+	case AttackGTT:
+		err = h.attackGTT()
+	case AttackDMA:
+		err = h.attackDMA(ctx)
+	case AttackCopy:
+		err = h.attackCopy(ctx)
+	case AttackRing:
+		err = h.attackRing(ctx)
+	case AttackIRQ:
+		err = h.attackIRQ(ctx)
+	case AttackReset:
+		err = h.attackReset(ctx)
+	}
+	if err != nil && !errors.Is(err, ErrNotContained) {
+		return fmt.Errorf("guest: hostile %s: %w", a, err)
+	}
+	return errors.Join(err, h.contained(ctx, a))
+}
+
+// Run runs attacks until d has passed or ctx ends, going on after attempts
+// that were not refused; it returns them all, or the error that stopped it.
+func (h *Hostile) Run(ctx context.Context, d time.Duration) error {
+	end := time.Now().Add(d)
+	var fails []error
+	for time.Now().Before(end) && ctx.Err() == nil {
+		err := h.Step(ctx)
+		switch {
+		case err == nil:
+		case errors.Is(err, ErrNotContained) && len(fails) < 16:
+			fails = append(fails, err)
+		case errors.Is(err, ErrNotContained):
+		default:
+			return errors.Join(append(fails, err)...)
+		}
+	}
+	return errors.Join(fails...)
+}
+
+// refused records an attempt: err must be a device error with every bit of
+// want set (want 0: no error, the attempt was valid). An error that is not
+// the device's (the transport failed, ctx ended) is returned as it is.
+func (h *Hostile) refused(what string, err error, want uint32) error {
+	var de *DeviceError
+	if err != nil && !errors.As(err, &de) {
+		return fmt.Errorf("guest: hostile: %s: %w", what, err)
+	}
+	ok := de != nil && de.Has(want)
+	if want == 0 {
+		ok = err == nil
+	}
+	h.count(func(s *HostileStats) {
+		s.Attempts++
+		if ok {
+			s.Refused++
+		} else {
+			s.Failures++
+		}
+	})
+	if !ok {
+		return fmt.Errorf("%w: %s: got %v, want device error %s", ErrNotContained, what, err, ErrBitNames(want))
+	}
+	return nil
+}
+
+// submitRefused submits one command, waits, and expects want.
+func (h *Hostile) submitRefused(ctx context.Context, what string, cmd []byte, want uint32) error {
+	if err := h.d.Submit(cmd); err != nil {
+		return err
+	}
+	return h.refused(what, h.d.Sync(ctx), want)
+}
+
+// contained checks what attack a left behind.
+func (h *Hostile) contained(ctx context.Context, a Attack) error {
+	if err := h.d.CheckErrors(); err != nil {
+		var de *DeviceError
+		if !errors.As(err, &de) {
+			return err
+		}
+	}
+	var errs []error
+	got := make([]byte, hostileSentinel)
+	if err := h.d.ReadGA(h.sent, got); err != nil {
+		return err
+	}
+	if i := firstDiff(got, h.sentRef); i >= 0 {
+		errs = append(errs, fmt.Errorf("%w: after %s the sentinel at %#x changed", ErrNotContained, a, h.sent+uint64(i)))
+	}
+	got = make([]byte, hostileScratch)
+	if err := h.d.ReadGA(h.scratch, got); err != nil {
+		return err
+	}
+	if i := firstDiff(got, h.model); i >= 0 {
+		errs = append(errs, fmt.Errorf("%w: after %s scratch %#x is %#02x, model %#02x", ErrNotContained, a, h.scratch+uint64(i), got[i], h.model[i]))
+		copy(h.model, got) // report it once
+	}
+	// The vGPU still serves its guest: a FILL of its spare page lands.
+	pattern := h.rng.Uint32() | 1
+	if err := h.d.Fill(h.spare, abi.PageSize, pattern); err != nil {
+		return err
+	}
+	if err := h.d.Sync(ctx); err != nil {
+		return fmt.Errorf("guest: hostile: the device no longer serves after %s: %w", a, err)
+	}
+	page := make([]byte, abi.PageSize)
+	if err := h.d.ReadGA(h.spare, page); err != nil {
+		return err
+	}
+	want := make([]byte, abi.PageSize)
+	RefFill(want, 0, abi.PageSize, pattern)
+	if !bytes.Equal(page, want) {
+		errs = append(errs, fmt.Errorf("guest: hostile: after %s a FILL of its own page did not land", a))
+	}
+	return errors.Join(errs...)
+}
+
+// randomize stores random bytes over the scratch area and its model.
+func (h *Hostile) randomize() error {
+	for i := range h.model {
+		h.model[i] = byte(h.rng.Uint32())
+	}
+	return h.d.WriteGA(h.scratch, h.model)
+}
+
+// reset resets the device and brings the driver back up.
+func (h *Hostile) reset() error {
+	h.count(func(s *HostileStats) { s.Resets++ })
+	return h.d.Reset()
+}
+
+// Scratch, Sentinel and Spare are the graphics addresses of the hostile's
+// own allocations (a caller that is done with it may free them).
+func (h *Hostile) Scratch() uint64  { return h.scratch }
+func (h *Hostile) Sentinel() uint64 { return h.sent }
+func (h *Hostile) Spare() uint64    { return h.spare }

@@ -1,0 +1,5 @@
+//go:build !race
+
+package hostd
+
+const raceEnabled = false
