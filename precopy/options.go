@@ -71,7 +71,8 @@ type Options struct {
 	NoVerdict bool
 	// SerialStop makes the stop phase scan all of memory before sending
 	// any page, as it did before the pipelined stop phase (stop.go): for
-	// before/after comparisons.
+	// before/after comparisons. With fewer than PipelineMinWorkers
+	// workers the stop phase is serial anyway.
 	SerialStop bool
 	Log        zerolog.Logger
 }

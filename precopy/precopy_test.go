@@ -59,7 +59,7 @@ func testMigrateStrategy(t *testing.T, strat Strategy, serial bool, pair func(te
 
 	a, b := pair(t)
 	recv := receive(ctx, b, dst, Options{Log: migtest.Log})
-	s, err := NewSource(src.V, a, Options{Strategy: strat, Workers: 2, SerialStop: serial, Log: migtest.Log})
+	s, err := NewSource(src.V, a, Options{Strategy: strat, Workers: PipelineMinWorkers, SerialStop: serial, Log: migtest.Log})
 	if err != nil {
 		t.Fatal(err)
 	}

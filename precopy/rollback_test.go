@@ -170,7 +170,7 @@ func failMigration(ctx context.Context, t *testing.T, m *migtest.VM, cur *migtes
 		dconn = &faultConn{Conn: b, fault: dstFault}
 	}
 	recv := receive(ctx, dconn, dv, Options{Log: migtest.Log})
-	s, err := NewSource(cur.V, sconn, Options{Strategy: strat, Workers: 2, BackgroundRate: 50000, Log: migtest.Log})
+	s, err := NewSource(cur.V, sconn, Options{Strategy: strat, Workers: PipelineMinWorkers, BackgroundRate: 50000, Log: migtest.Log})
 	if err != nil {
 		t.Fatal(err)
 	}

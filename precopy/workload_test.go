@@ -140,8 +140,9 @@ func TestMigrateUnderWorkload(t *testing.T) {
 	for i := range migrations {
 		strat := Strategies[i%len(Strategies)]
 		h := hop{
-			name:      fmt.Sprintf("g%d", i+1),
-			opts:      Options{Strategy: strat, Workers: 2, Log: migtest.Log},
+			name: fmt.Sprintf("g%d", i+1),
+			// Odd hops have PipelineMinWorkers: the pipelined stop phase.
+			opts:      Options{Strategy: strat, Workers: 2 + 2*(i%2), Log: migtest.Log},
 			countdown: 5 + rng.IntN(30),
 		}
 		if strat != StopCopy {
