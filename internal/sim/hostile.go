@@ -17,20 +17,11 @@ import (
 // attempts the device did not refuse, or what stopped the program; ctx's
 // end is not an error.
 func (vm *VM) RunHostile(ctx context.Context, cfg guest.HostileConfig, d time.Duration, onStart func(*guest.Hostile)) error {
-	vm.mu.Lock()
-	if vm.running {
-		vm.mu.Unlock()
-		return errors.New("sim: VM already running")
+	end, err := vm.begin()
+	if err != nil {
+		return err
 	}
-	vm.running, vm.finished = true, make(chan struct{})
-	fin := vm.finished
-	vm.mu.Unlock()
-	defer func() {
-		vm.mu.Lock()
-		vm.running = false
-		vm.mu.Unlock()
-		close(fin)
-	}()
+	defer end()
 	h, err := guest.NewHostile(vm.d, cfg)
 	if err != nil {
 		return err

@@ -89,21 +89,30 @@ func (vm *VM) Workload() *guest.Workload { return vm.w }
 // Run runs the workload for steps steps on the calling goroutine, stopping
 // at the gate while the VM is paused.
 func (vm *VM) Run(ctx context.Context, steps int) error {
+	end, err := vm.begin()
+	if err != nil {
+		return err
+	}
+	defer end()
+	return vm.w.Run(ctx, vm.d, steps)
+}
+
+// begin marks the VM running (one program at a time); end marks it
+// stopped and closes the channel Run's waiters watch.
+func (vm *VM) begin() (end func(), err error) {
 	vm.mu.Lock()
+	defer vm.mu.Unlock()
 	if vm.running {
-		vm.mu.Unlock()
-		return errors.New("sim: VM already running")
+		return nil, errors.New("sim: VM already running")
 	}
 	vm.running, vm.finished = true, make(chan struct{})
 	fin := vm.finished
-	vm.mu.Unlock()
-	defer func() {
+	return func() {
 		vm.mu.Lock()
 		vm.running = false
 		vm.mu.Unlock()
 		close(fin)
-	}()
-	return vm.w.Run(ctx, vm.d, steps)
+	}, nil
 }
 
 // gate stops the workload while a pause is requested, and tells step
