@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/gmig-dev/gmig/abi"
+	"github.com/gmig-dev/gmig/internal/bytesize"
 )
 
 // Profile is the shape of a Workload: the seeded mix of every operation,
@@ -175,7 +176,7 @@ func ParseWorkload(spec string) (WorkloadConfig, error) {
 			}
 			c.Fill = f
 		case "mem":
-			if c.MemSize, err = parseSize(v); err != nil {
+			if c.MemSize, err = bytesize.Parse(v); err != nil {
 				return c, err
 			}
 		default:
@@ -205,30 +206,6 @@ func (c WorkloadConfig) Spec() string {
 		parts = append(parts, "fill="+strconv.FormatFloat(c.Fill, 'g', -1, 64))
 	}
 	return strings.Join(parts, ",")
-}
-
-// parseSize reads a byte count with an optional binary suffix K, M or G.
-func parseSize(s string) (uint64, error) {
-	t := strings.TrimSuffix(strings.TrimSuffix(strings.ToUpper(s), "B"), "I")
-	shift := 0
-	if n := len(t); n > 0 {
-		switch t[n-1] {
-		case 'K':
-			shift = 10
-		case 'M':
-			shift = 20
-		case 'G':
-			shift = 30
-		}
-		if shift != 0 {
-			t = t[:n-1]
-		}
-	}
-	v, err := strconv.ParseUint(t, 10, 64)
-	if err != nil || v > math.MaxUint64>>shift {
-		return 0, fmt.Errorf("guest: bad size %q (want e.g. 64M, 1G, 4096)", s)
-	}
-	return v << shift, nil
 }
 
 // formatSize writes n as parseSize reads it, in the largest exact unit.

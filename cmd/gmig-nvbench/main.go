@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gmig-dev/gmig/engine"
+	"github.com/gmig-dev/gmig/internal/bytesize"
 )
 
 const usage = `usage: gmig-nvbench <hash|aperture|migrate> [flags]`
@@ -62,7 +63,7 @@ func (s *sizes) String() string {
 func (s *sizes) Set(v string) error {
 	*s = nil
 	for _, p := range strings.Split(v, ",") {
-		n, err := parseSize(strings.TrimSpace(p))
+		n, err := bytesize.Parse(strings.TrimSpace(p))
 		if err != nil {
 			return err
 		}
@@ -77,31 +78,9 @@ type size1 uint64
 func (s *size1) String() string { return fmtSize(uint64(*s)) }
 
 func (s *size1) Set(v string) error {
-	n, err := parseSize(v)
+	n, err := bytesize.Parse(v)
 	*s = size1(n)
 	return err
-}
-
-func parseSize(s string) (uint64, error) {
-	var n uint64
-	var unit string
-	if _, err := fmt.Sscanf(s, "%d%s", &n, &unit); err != nil {
-		if _, err := fmt.Sscanf(s, "%d", &n); err != nil {
-			return 0, fmt.Errorf("bad size %q", s)
-		}
-	}
-	switch strings.ToUpper(strings.TrimSuffix(strings.TrimSuffix(unit, "B"), "i")) {
-	case "":
-	case "K":
-		n <<= 10
-	case "M":
-		n <<= 20
-	case "G":
-		n <<= 30
-	default:
-		return 0, fmt.Errorf("bad size %q", s)
-	}
-	return n, nil
 }
 
 func fmtSize(n uint64) string {

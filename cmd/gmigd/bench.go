@@ -21,6 +21,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gmig-dev/gmig/guest"
+	"github.com/gmig-dev/gmig/internal/bytesize"
 	"github.com/gmig-dev/gmig/precopy"
 )
 
@@ -210,7 +211,7 @@ func parseSizes(s string) ([]uint64, error) {
 		if f = strings.TrimSpace(f); f == "" {
 			continue
 		}
-		v, err := parseSize(f)
+		v, err := bytesize.Parse(f)
 		if err != nil {
 			return nil, err
 		}

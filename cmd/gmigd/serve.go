@@ -15,6 +15,7 @@ import (
 
 	"github.com/gmig-dev/gmig/hostd"
 	"github.com/gmig-dev/gmig/hostd/qemu"
+	"github.com/gmig-dev/gmig/internal/bytesize"
 	"github.com/gmig-dev/gmig/internal/vgpu"
 )
 
@@ -27,7 +28,7 @@ func (s *vgpuSpecs) Set(v string) error {
 	name, size, found := strings.Cut(v, ":")
 	c := vgpu.Config{Name: name}
 	if found {
-		n, err := parseSize(size)
+		n, err := bytesize.Parse(size)
 		if err != nil {
 			return err
 		}
