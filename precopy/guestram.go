@@ -100,7 +100,7 @@ func (s *Source) sendGuestRAM() (int, error) {
 		at := len(buf)
 		buf = binary.LittleEndian.AppendUint64(buf, gpa)
 		buf = binary.LittleEndian.AppendUint32(buf, uint32(n))
-		buf = append(buf, make([]byte, n)...)
+		buf = slices.Grow(buf, n)[:len(buf)+n] // the bytes are read into it next
 		if err := s.v.ReadGuest(buf[at+guestRAMRecord:], gpa); err != nil {
 			return 0, fmt.Errorf("precopy: reading guest RAM the device wrote at %#x (%d bytes): %w", gpa, n, err)
 		}
