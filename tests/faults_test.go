@@ -73,7 +73,7 @@ func TestMigrateQEMUFaults(t *testing.T) {
 	e := needEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*e2eTimeout())
 	defer cancel()
-	const steps = 600
+	const steps, fps = 600, 20
 	p := newPair(t, ctx, e)
 	p.dumpOnFailure("vm")
 	p.dumpOnFailure("vm2")
@@ -81,7 +81,7 @@ func TestMigrateQEMUFaults(t *testing.T) {
 	px := newFaultProxy(t, b.Addr)
 	want := make(chan string, 1)
 	go func() { want <- reference(ctx, t, steps) }()
-	if _, err := a.Client.StartVM(hostd.StartVMRequest{Name: "vm", MemSize: e2eVGPUMem, QEMU: e.vmSpec("pc", "intx", steps)}); err != nil {
+	if _, err := a.Client.StartVM(hostd.StartVMRequest{Name: "vm", MemSize: e2eVGPUMem, QEMU: e.vmSpec("pc", "intx", steps, fps)}); err != nil {
 		t.Fatal(err)
 	}
 	conA := cluster.Follow(a.Console("vm"))
@@ -211,7 +211,7 @@ func sourceKilled(ctx context.Context, t *testing.T, p *pair, px *faultProxy) []
 	t.Helper()
 	a, b := p.d[0], p.d[1]
 	const name = "source gmigd killed during QEMU's pre-copy"
-	if _, err := a.Client.StartVM(hostd.StartVMRequest{Name: "vm2", MemSize: e2eVGPUMem, QEMU: p.e.vmSpec("pc", "intx", 100000)}); err != nil {
+	if _, err := a.Client.StartVM(hostd.StartVMRequest{Name: "vm2", MemSize: e2eVGPUMem, QEMU: p.e.vmSpec("pc", "intx", 100000, 0)}); err != nil {
 		t.Fatal(err)
 	}
 	con := cluster.Follow(a.Console("vm2"))

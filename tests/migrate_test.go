@@ -125,11 +125,18 @@ func tail(s string, n int) string {
 // vmSpec is the guest: the self-checking seeded workload with a 1 ms
 // heartbeat and a progress line every 10 steps.
 // irq is the guest's interrupt mode: intx (its default, through
-// uio_pci_generic) or msi.
-func (e env) vmSpec(machine, irq string, steps int) qemu.Spec {
+// uio_pci_generic) or msi. fps > 0 paces the workload to at most that
+// many steps a second of guest time (the digest is the same): a test that
+// migrates in the middle of the workload sets a floor on how long it
+// lasts, which an unpaced guest under KVM runs through about thirty
+// times faster than under TCG, faster than a migration completes.
+func (e env) vmSpec(machine, irq string, steps, fps int) qemu.Spec {
 	mode, extra := "", []string(nil)
 	if irq != "intx" {
 		mode = " gmig.irq=" + irq
+	}
+	if fps > 0 {
+		mode += fmt.Sprintf(" gmig.workload=mixed,fps=%d", fps)
 	}
 	if irq == "msi" {
 		extra = MSIExtra // MSI in this guest needs a virtual IOMMU
@@ -245,17 +252,20 @@ func TestMigrateQEMU(t *testing.T) {
 	e := needEnv(t)
 	// Under INTx QEMU traps the aperture while an interrupt is pending
 	// (docs/testing.md), so a step costs about 60 times what it does
-	// under MSI: the workloads are sized to last a minute or two either
-	// way, and migrations happen a fifth and half way through.
+	// under MSI. The workloads last a minute or two under TCG and are
+	// paced to last at least 30 s under KVM; the first migration starts a
+	// tenth of the way through, the second a tenth after the guest is seen
+	// running at B, which leaves the rest of the workload (at least 18 s)
+	// to outlast it.
 	for _, c := range []struct {
 		machine, irq string
-		steps        int
-	}{{"pc", "intx", 600}, {"q35", "msi", 4000}} {
-		t.Run(c.machine+"-"+c.irq, func(t *testing.T) { migrateBackAndForth(t, e, c.machine, c.irq, c.steps) })
+		steps, fps   int
+	}{{"pc", "intx", 600, 20}, {"q35", "msi", 4000, 130}} {
+		t.Run(c.machine+"-"+c.irq, func(t *testing.T) { migrateBackAndForth(t, e, c.machine, c.irq, c.steps, c.fps) })
 	}
 }
 
-func migrateBackAndForth(t *testing.T, e env, machine, irq string, steps int) {
+func migrateBackAndForth(t *testing.T, e env, machine, irq string, steps, fps int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*e2eTimeout())
 	defer cancel()
 	p := newPair(t, ctx, e)
@@ -267,12 +277,12 @@ func migrateBackAndForth(t *testing.T, e env, machine, irq string, steps int) {
 	if _, err := a.Client.Create(hostd.CreateRequest{Name: "neighbour", MemSize: 8 << 20}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Client.StartVM(hostd.StartVMRequest{Name: "vm", MemSize: e2eVGPUMem, QEMU: e.vmSpec(machine, irq, steps)}); err != nil {
+	if _, err := a.Client.StartVM(hostd.StartVMRequest{Name: "vm", MemSize: e2eVGPUMem, QEMU: e.vmSpec(machine, irq, steps, fps)}); err != nil {
 		t.Fatal(err)
 	}
 	conA := cluster.Follow(a.Console("vm"))
 	defer conA.Close()
-	at := waitStep(ctx, t, conA, steps/5)
+	at := waitStep(ctx, t, conA, steps/10)
 	t.Logf("A→B at step %d", at)
 	rep, err := a.Client.Migrate(ctx, "vm", hostd.MigrateRequest{To: b.Addr}, nil)
 	if err != nil {
@@ -282,7 +292,8 @@ func migrateBackAndForth(t *testing.T, e env, machine, irq string, steps int) {
 
 	conB := cluster.Follow(b.Console("vm"))
 	defer conB.Close()
-	at = waitStep(ctx, t, conB, steps/2)
+	at = waitStep(ctx, t, conB, at+1)
+	at = waitStep(ctx, t, conB, at+steps/10)
 	t.Logf("B→A at step %d", at)
 	rep, err = b.Client.Migrate(ctx, "vm", hostd.MigrateRequest{To: a.Addr, Strategy: "iterative"}, nil)
 	if err != nil {
@@ -306,13 +317,13 @@ func TestMigrateQEMUFailures(t *testing.T) {
 	e := needEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*e2eTimeout())
 	defer cancel()
-	const steps = 800
+	const steps, fps = 800, 20
 	p := newPair(t, ctx, e)
 	p.dumpOnFailure("vm")
 	a := p.d[0]
 	want := make(chan string, 1)
 	go func() { want <- reference(ctx, t, steps) }()
-	if _, err := a.Client.StartVM(hostd.StartVMRequest{Name: "vm", MemSize: e2eVGPUMem, QEMU: e.vmSpec("pc", "intx", steps)}); err != nil {
+	if _, err := a.Client.StartVM(hostd.StartVMRequest{Name: "vm", MemSize: e2eVGPUMem, QEMU: e.vmSpec("pc", "intx", steps, fps)}); err != nil {
 		t.Fatal(err)
 	}
 	conA := cluster.Follow(a.Console("vm"))

@@ -32,6 +32,7 @@ type qemuDemo struct {
 	machine string
 	vmMem   uint64
 	cpus    int
+	fps     int
 	keep    bool
 }
 
@@ -39,6 +40,7 @@ func (q *qemuDemo) flags(fs *flag.FlagSet) {
 	fs.StringVar(&q.cache, "cache", defaultCache(), "the provisioned QEMU root and guest kernel (make provision guest-image)")
 	fs.StringVar(&q.machine, "machine", "pc", "QEMU machine type: pc or q35")
 	fs.IntVar(&q.cpus, "cpus", 2, "guest vCPUs")
+	fs.IntVar(&q.fps, "fps", 20, "pace the guest's workload to at most this many steps a second (0: unpaced), so that under KVM it outlasts the migration")
 	fs.BoolVar(&q.keep, "keep", false, "keep the daemons' run directories (logs, consoles)")
 }
 
@@ -105,6 +107,11 @@ func (q *qemuDemo) run(ctx context.Context) error {
 		Machine: q.machine, MemoryMB: 512, CPUs: q.cpus, Accel: accel, Kernel: kernel, Initrd: initrd,
 		Append: fmt.Sprintf("console=ttyS0 panic=-1 quiet gmig.measure=0 gmig.steps=%d gmig.seed=%d gmig.check=true gmig.progress=%d",
 			steps, q.seed, max(steps/20, 1)),
+	}
+	if q.fps > 0 {
+		// Pacing changes when the steps run, not what they write: the
+		// digest is the unpaced reference's.
+		spec.Append += fmt.Sprintf(" gmig.workload=mixed,fps=%d", q.fps)
 	}
 	vm, err := a.Client.StartVM(hostd.StartVMRequest{Name: "demo", MemSize: q.mem, QEMU: spec})
 	if err != nil {
