@@ -32,7 +32,7 @@ func newMetrics() *metrics {
 		reg: prometheus.NewRegistry(),
 		migrations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gmig_migrations_total",
-			Help: "Migrations by role (source, destination) and result (started, ok, rolled_back, outcome_unknown, failed).",
+			Help: "Migrations by role (source, destination) and result (started, ok, rolled_back, not_resumed, outcome_unknown, failed).",
 		}, []string{"role", "result"}),
 		downtime: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "gmig_last_downtime_seconds",
@@ -61,6 +61,8 @@ func (m *metrics) migrationEnded(role string, rep orchestrator.Report, err error
 	case err == nil:
 	case errors.Is(err, orchestrator.ErrRolledBack):
 		result = "rolled_back"
+	case errors.Is(err, orchestrator.ErrNotResumed):
+		result = "not_resumed"
 	case errors.Is(err, orchestrator.ErrOutcomeUnknown):
 		result = "outcome_unknown"
 	default:

@@ -32,7 +32,9 @@ type MigrateOptions struct {
 // MigrateVM moves VM name and its vGPU to the gmigd whose migration
 // listener is at peer (host:port), through the orchestrator. On success
 // the VM runs there and is gone from here (its vGPU destroyed). On an error
-// wrapping orchestrator.ErrRolledBack the VM runs on here. On
+// wrapping orchestrator.ErrRolledBack the VM runs on here; on
+// orchestrator.ErrNotResumed its QEMU did not resume it (the listing says
+// exited when the QEMU has ended). On
 // orchestrator.ErrOutcomeUnknown it stays paused here (state
 // outcome-unknown) while gmigd keeps asking the destination; it is then
 // released or resumed by itself.
@@ -76,8 +78,8 @@ func (h *Host) claimVM(name string) (*vmRec, *served, error) {
 	if !ok {
 		return nil, nil, fmt.Errorf("%w: %s", ErrNoVM, name)
 	}
-	if r.state != vmRunning {
-		return nil, nil, fmt.Errorf("%w: %s is %s", ErrVMState, name, r.state)
+	if st := r.stateNow(); st != vmRunning {
+		return nil, nil, fmt.Errorf("%w: %s is %s", ErrVMState, name, st)
 	}
 	s, ok := h.vgpus[r.vgpu]
 	if !ok {

@@ -28,13 +28,17 @@ const (
 	vmRunning        = "running"
 	vmMigrating      = "migrating"
 	vmOutcomeUnknown = "outcome-unknown" // a commit went unanswered: paused here until the destination answers
+	// vmExited: the VM's QEMU ended on its own (the guest powered off,
+	// or QEMU failed); `gmigd vm stop` forgets it and destroys its vGPU.
+	// A listing derives it from the process, never stores it.
+	vmExited = "exited"
 )
 
 // ErrVMExists and ErrNoVM are the VM table's errors.
 var (
 	ErrVMExists = errors.New("hostd: VM already exists")
 	ErrNoVM     = errors.New("hostd: no such VM")
-	ErrVMState  = errors.New("hostd: VM is busy")
+	ErrVMState  = errors.New("hostd: the VM's state does not allow it")
 )
 
 // VMInfo describes one VM for listings.
@@ -66,7 +70,7 @@ type vmRec struct {
 }
 
 func (r *vmRec) info() VMInfo {
-	i := VMInfo{Name: r.name, Kind: r.kind, State: r.state, VGPU: r.vgpu, Adopted: r.adopted, QMP: r.qmpPath}
+	i := VMInfo{Name: r.name, Kind: r.kind, State: r.stateNow(), VGPU: r.vgpu, Adopted: r.adopted, QMP: r.qmpPath}
 	if r.q != nil {
 		i.PID = r.q.PID()
 		c := r.q.Config()
@@ -79,6 +83,19 @@ func (r *vmRec) info() VMInfo {
 		i.Console = r.console.Name()
 	}
 	return i
+}
+
+// stateNow is the VM's state: its recorded one, or exited when its QEMU
+// has ended since it last ran here.
+func (r *vmRec) stateNow() string {
+	if r.state == vmRunning && r.q != nil {
+		select {
+		case <-r.q.Done():
+			return vmExited
+		default:
+		}
+	}
+	return r.state
 }
 
 // close ends the VM's VMM when gmigd owns it (a QEMU it started).

@@ -39,9 +39,12 @@
 // (precopy.Source.Rollback), its VMM's migration is cancelled and the VM
 // resumed (SourceVM.Resume), and the destination discards what it built
 // (Landing.Discard) when told, when its connection ends or when its wait
-// for the decision times out. After the commit, the source resumes only
-// on the destination's word that it did not and will not run the VM
-// (committed{ok:false}, or the outcome "aborted" or "unknown" when asked):
+// for the decision times out. (A VMM that cannot resume the VM — it
+// exited, as a guest that powers itself off ends its QEMU — is reported
+// as such, ErrNotResumed, never as a VM that runs on.) After the commit,
+// the source resumes only on the destination's word that it did not and
+// will not run the VM (committed{ok:false}, or the outcome "aborted" or
+// "unknown" when asked):
 // an unanswered commit is resolved by asking the destination (Resolve)
 // until it answers, and while it cannot be asked the VM stays paused at
 // the source (ErrOutcomeUnknown) — never two live copies. A destination

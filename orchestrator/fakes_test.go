@@ -62,7 +62,10 @@ func (c *calls) first(name string) (call, bool) {
 	return call{}, false
 }
 
-var errVMM = errors.New("fake VMM: failed")
+var (
+	errVMM      = errors.New("fake VMM: failed")
+	errVMExited = errors.New("fake VMM: exited")
+)
 
 // Source VM states.
 const (
@@ -79,11 +82,11 @@ type fakeSourceVM struct {
 	calls
 	beats *Heartbeats // the source's: a beat just before the pause
 
-	failWaitPaused, failSwitchover error
-	onMigrate                      func()                          // the guest's work while its VMM migrates
-	onPaused                       func()                          // right after the pause
-	precopy                        func(ctx context.Context) error // the VMM's RAM pre-copy, before the pause (nil: instant)
-	switchover                     func(ctx context.Context) error // replaces Switchover's work
+	failWaitPaused, failSwitchover, failResume error
+	onMigrate                                  func()                          // the guest's work while its VMM migrates
+	onPaused                                   func()                          // right after the pause
+	precopy                                    func(ctx context.Context) error // the VMM's RAM pre-copy, before the pause (nil: instant)
+	switchover                                 func(ctx context.Context) error // replaces Switchover's work
 
 	mu       sync.Mutex
 	state    string
@@ -162,6 +165,9 @@ func (vm *fakeSourceVM) Progress() VMMProgress { return VMMProgress{Status: vm.S
 
 func (vm *fakeSourceVM) Resume(ctx context.Context) error {
 	start := time.Now()
+	if vm.failResume != nil {
+		return vm.record("Resume", start, vm.failResume)
+	}
 	vm.set(vmRunning)
 	return vm.record("Resume", start, nil)
 }

@@ -23,6 +23,7 @@ import (
 const (
 	liveSource = "source"
 	liveDest   = "destination"
+	liveNone   = "nowhere" // the source's VMM could not resume it (ErrNotResumed)
 )
 
 // What the side that lost the VM did.
@@ -49,10 +50,10 @@ type cell struct {
 }
 
 type want struct {
-	err     error  // nil, ErrRolledBack or ErrOutcomeUnknown
+	err     error  // nil, ErrRolledBack, ErrNotResumed or ErrOutcomeUnknown
 	is      error  // another error the result wraps (nil: none)
 	text    string // in the error's text ("": anything)
-	live    string // liveSource or liveDest
+	live    string // liveSource, liveDest or liveNone
 	cleanup string // clean...
 }
 
@@ -199,6 +200,12 @@ func faultCells() []cell {
 		name:  "3 SourceVM.WaitPaused fails",
 		setup: func(e *env) { e.vm.failWaitPaused = errVMM },
 		want:  want{err: ErrRolledBack, is: errVMM, live: liveSource, cleanup: cleanDiscarded},
+	}, {
+		// The guest powered itself off during QEMU's pre-copy: its QEMU
+		// exited, so the wait for the pause fails and so does the resume.
+		name:  "3f the source VMM exits during its pre-copy (WaitPaused and Resume fail)",
+		setup: func(e *env) { e.vm.failWaitPaused, e.vm.failResume = errVMExited, errVMExited },
+		want:  want{err: ErrNotResumed, is: errVMExited, text: "pre-copy", live: liveNone, cleanup: cleanDiscarded},
 	}, {
 		name: "4a stop phase cut",
 		setup: func(e *env) {

@@ -19,6 +19,11 @@ var (
 	// ErrRolledBack wraps every failure after which the source runs on:
 	// the VM and its vGPU are live here, the destination kept nothing.
 	ErrRolledBack = errors.New("orchestrator: migration failed; the VM runs on at the source")
+	// ErrNotResumed is a rollback whose last step failed: the source's
+	// VMM did not resume the VM (it exited — a guest that powered itself
+	// off ends its QEMU — or stopped answering). The destination kept
+	// nothing and the source vGPU runs on, but no copy of the VM runs.
+	ErrNotResumed = errors.New("orchestrator: migration failed and the VM could not be resumed at the source")
 	// ErrOutcomeUnknown is a commit whose outcome the source could not
 	// learn: the destination did not answer and could not be asked. The
 	// VM stays paused here and its vGPU quiesced — it may be running at
@@ -59,9 +64,11 @@ type Source struct {
 // Migrate moves the VM and its vGPU to the destination (doc.go, "The
 // sequence"). On success the VM runs at the destination and has been
 // released here (SourceVM.Release); the caller destroys the source vGPU.
-// On an error that wraps ErrRolledBack the VM and vGPU run on here. On
-// ErrOutcomeUnknown the VM is paused and the vGPU quiesced: the caller
-// keeps both until Resolve says which side owns the VM.
+// On an error that wraps ErrRolledBack the VM and vGPU run on here; on
+// ErrNotResumed the vGPU runs on here and the VM runs nowhere (its VMM
+// could not resume it). On ErrOutcomeUnknown the VM is paused and the
+// vGPU quiesced: the caller keeps both until Resolve says which side owns
+// the VM.
 func Migrate(ctx context.Context, s Source) (Report, error) {
 	m := &outgoing{Source: s, id: newID(), start: time.Now()}
 	if m.Transport == nil {
@@ -418,10 +425,12 @@ func (m *outgoing) rollback(ctx context.Context, phase string, cause error) erro
 		_ = m.ctl.SetWriteDeadline(time.Now().Add(time.Second))
 		_ = writeMsg(m.ctl, decision{Reason: fmt.Sprintf("%s: %v", phase, cause)})
 	}
-	err := fmt.Errorf("%w: %s: %w", ErrRolledBack, phase, cause)
 	if rerr != nil {
-		err = fmt.Errorf("%w; resuming the VM here failed too: %w", err, rerr)
+		err := fmt.Errorf("%w: %s: %w; resuming it: %w", ErrNotResumed, phase, cause, rerr)
+		m.log.Error().Err(err).Msg("migration rolled back; the VM did not resume")
+		return err
 	}
+	err := fmt.Errorf("%w: %s: %w", ErrRolledBack, phase, cause)
 	m.log.Warn().Err(err).Msg("migration rolled back")
 	return err
 }

@@ -146,6 +146,7 @@ func TestMigrateQEMUFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	rows = append(rows, sourceKilled(ctx, t, p, px))
+	rows = append(rows, sourceQEMUExits(ctx, t, p, px))
 }
 
 // checkDiscarded waits for the destination to have nothing of a failed
@@ -268,4 +269,54 @@ func sourceKilled(ctx context.Context, t *testing.T, p *pair, px *faultProxy) []
 		"the client: " + err.Error() + qemuSaid + "; the restarted source lists the VM as " + wantState,
 		destReason(b, seen), cleanup + "; `gmigd vm stop` then forgets it, no QEMU left",
 		"not comparable: the vGPU's state died with gmigd"}
+}
+
+// sourceQEMUExits is the cell "the source QEMU exits during its
+// pre-copy", on a third guest: what a guest that powers itself off in the
+// middle of a migration does to its QEMU. The migration fails saying the
+// VM could not be resumed (never that it runs on), the destination
+// discards, the source lists the VM as exited and refuses to migrate it,
+// and `gmigd vm stop` forgets it.
+func sourceQEMUExits(ctx context.Context, t *testing.T, p *pair, px *faultProxy) []string {
+	t.Helper()
+	a, b := p.d[0], p.d[1]
+	const name = "source QEMU exits during its pre-copy (as when the guest powers off)"
+	if _, err := a.Client.StartVM(hostd.StartVMRequest{Name: "vm3", MemSize: e2eVGPUMem, QEMU: p.e.vmSpec("pc", "intx", 100000, 0)}); err != nil {
+		t.Fatal(err)
+	}
+	con := cluster.Follow(a.Console("vm3"))
+	defer con.Close()
+	waitStep(ctx, t, con, 10)
+	seen := len(destFailures(b))
+	var once sync.Once
+	_, err := a.Client.Migrate(ctx, "vm3", hostd.MigrateRequest{To: px.Addr()}, func(pr orchestrator.Progress) {
+		if pr.Phase == orchestrator.PhaseVMMLive {
+			once.Do(func() { killQEMU(t, a) })
+		}
+	})
+	if err == nil || !strings.Contains(err.Error(), "could not be resumed at the source") || strings.Contains(err.Error(), "runs on") {
+		t.Fatalf("%s: migration error %v, want one saying the VM could not be resumed", name, err)
+	}
+	cleanup := checkDiscarded(ctx, t, b)
+	vms, lerr := a.Client.ListVMs()
+	if lerr != nil || len(vms) != 1 || vms[0].Name != "vm3" || vms[0].State != "exited" {
+		t.Fatalf("%s: the source lists %+v (%v), want vm3 exited", name, vms, lerr)
+	}
+	_, merr := a.Client.Migrate(ctx, "vm3", hostd.MigrateRequest{To: px.Addr()}, nil)
+	if merr == nil || !strings.Contains(merr.Error(), "vm3 is exited") {
+		t.Errorf("%s: migrating the exited VM: %v, want a refusal", name, merr)
+	}
+	if err := a.Client.StopVM("vm3"); err != nil {
+		t.Errorf("%s: stopping the VM: %v", name, err)
+	}
+	if vms, _ := a.Client.ListVMs(); len(vms) != 0 {
+		t.Errorf("%s: the source lists %+v after the stop", name, vms)
+	}
+	if gs, _ := a.Client.List(); len(gs) != 0 {
+		t.Errorf("%s: the source keeps vGPUs %+v after the stop", name, gs)
+	}
+	return []string{name, "nowhere: its QEMU ended", "the client: " + err.Error() +
+		"; the source lists the VM as exited and refuses to migrate it (" + merr.Error() + ")",
+		destReason(b, seen), cleanup + "; `gmigd vm stop` then forgets it and its vGPU",
+		"not comparable: the guest ended with its QEMU"}
 }
