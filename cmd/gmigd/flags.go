@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"os"
 	"strconv"
@@ -9,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gmig-dev/gmig/internal/bytesize"
+	"github.com/gmig-dev/gmig/orchestrator"
 )
 
 // byteSize is a flag.Value for sizes such as 64M, 1G, 1GiB or 4096.
@@ -36,4 +38,34 @@ func newLogger(level string) (zerolog.Logger, error) {
 
 func init() {
 	zerolog.TimeFieldFormat = time.RFC3339Nano
+}
+
+// migrationTimeouts are serve's flags for the migration conversation's
+// timeouts (orchestrator.Timeouts), defaulting to the orchestrator's.
+type migrationTimeouts struct{ t orchestrator.Timeouts }
+
+func (m *migrationTimeouts) register(fs *flag.FlagSet) {
+	fs.DurationVar(&m.t.Message, "message-timeout", orchestrator.DefaultMessageTimeout,
+		"bound on one control exchange with the peer gmigd, the destination starting its VM included")
+	fs.DurationVar(&m.t.Data, "data-timeout", orchestrator.DefaultDataTimeout,
+		"destination: bound on the wait for the vGPU stream's connection after it said ready")
+	fs.DurationVar(&m.t.Decision, "decision-timeout", orchestrator.DefaultDecisionTimeout,
+		"bound on the source's stop phase and commit, and on the destination's wait for the source's decision (it then discards)")
+	fs.DurationVar(&m.t.Resolve, "resolve-timeout", orchestrator.DefaultResolveTimeout,
+		"source: how long to keep asking an unanswering destination what became of a commit before reporting the outcome unknown (the VM stays paused)")
+	fs.DurationVar(&m.t.Beat, "beat-timeout", orchestrator.DefaultBeatTimeout,
+		"source: wait for the guest's first heartbeat after the resume (the guest-observed downtime; the guest runs meanwhile)")
+}
+
+// timeouts returns the flags' timeouts, refusing any that is not positive.
+func (m *migrationTimeouts) timeouts() (orchestrator.Timeouts, error) {
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"message", m.t.Message}, {"data", m.t.Data}, {"decision", m.t.Decision}, {"resolve", m.t.Resolve}, {"beat", m.t.Beat}} {
+		if f.d <= 0 {
+			return orchestrator.Timeouts{}, fmt.Errorf("-%s-timeout %v: want a positive duration", f.name, f.d)
+		}
+	}
+	return m.t, nil
 }

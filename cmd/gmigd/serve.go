@@ -55,7 +55,13 @@ func cmdServe(args []string) error {
 	fs.Var(&specs, "vgpu", "create a vGPU at start-up: NAME[:MEMSIZE] (repeatable; default size 64M)")
 	var mig migrationTLS
 	mig.register(fs)
+	var tos migrationTimeouts
+	tos.register(fs)
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	timeouts, err := tos.timeouts()
+	if err != nil {
 		return err
 	}
 	log, err := newLogger(*logLevel)
@@ -66,7 +72,7 @@ func cmdServe(args []string) error {
 	if err != nil {
 		return err
 	}
-	h, err := hostd.New(hostd.Config{PoolSize: uint64(poolSize), RunDir: *runDir, Log: log, QEMURoot: qemu.Root(*qemuRoot), Transport: transport})
+	h, err := hostd.New(hostd.Config{PoolSize: uint64(poolSize), RunDir: *runDir, Log: log, QEMURoot: qemu.Root(*qemuRoot), Transport: transport, Timeouts: timeouts})
 	if err != nil {
 		return err
 	}
