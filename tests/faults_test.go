@@ -200,6 +200,29 @@ var (
 	reRecover = regexp.MustCompile(`"vm":"vm2".*"message":"a VM's QEMU (ended with|outlived) the last gmigd`)
 )
 
+// migrateStruck starts VM vm at a (its workload long enough to outlast
+// the cell), migrates it to b through px once the workload runs, and
+// strikes when QEMU's pre-copy begins. It returns how many failures b had
+// logged before, for destReason, and the migration's error.
+func migrateStruck(ctx context.Context, t *testing.T, p *pair, px *faultProxy, vm string, strike func()) (int, error) {
+	t.Helper()
+	a, b := p.d[0], p.d[1]
+	if _, err := a.Client.StartVM(hostd.StartVMRequest{Name: vm, MemSize: e2eVGPUMem, QEMU: p.e.vmSpec("pc", "intx", 100000, 0)}); err != nil {
+		t.Fatal(err)
+	}
+	con := cluster.Follow(a.Console(vm))
+	defer con.Close()
+	waitStep(ctx, t, con, 10)
+	seen := len(destFailures(b))
+	var once sync.Once
+	_, err := a.Client.Migrate(ctx, vm, hostd.MigrateRequest{To: px.Addr()}, func(pr orchestrator.Progress) {
+		if pr.Phase == orchestrator.PhaseVMMLive {
+			once.Do(strike)
+		}
+	})
+	return seen, err
+}
+
 // sourceKilled is the cell "source gmigd killed during QEMU's pre-copy",
 // on a second guest started at a. QEMU 11.1.3's vfio-user client aborts
 // when its server goes away while the guest uses the device, so the
@@ -212,19 +235,7 @@ func sourceKilled(ctx context.Context, t *testing.T, p *pair, px *faultProxy) []
 	t.Helper()
 	a, b := p.d[0], p.d[1]
 	const name = "source gmigd killed during QEMU's pre-copy"
-	if _, err := a.Client.StartVM(hostd.StartVMRequest{Name: "vm2", MemSize: e2eVGPUMem, QEMU: p.e.vmSpec("pc", "intx", 100000, 0)}); err != nil {
-		t.Fatal(err)
-	}
-	con := cluster.Follow(a.Console("vm2"))
-	defer con.Close()
-	waitStep(ctx, t, con, 10)
-	seen := len(destFailures(b))
-	var once sync.Once
-	_, err := a.Client.Migrate(ctx, "vm2", hostd.MigrateRequest{To: px.Addr()}, func(pr orchestrator.Progress) {
-		if pr.Phase == orchestrator.PhaseVMMLive {
-			once.Do(a.Kill)
-		}
-	})
+	seen, err := migrateStruck(ctx, t, p, px, "vm2", a.Kill)
 	if err == nil {
 		t.Fatalf("%s: the migration succeeded", name)
 	}
@@ -281,19 +292,7 @@ func sourceQEMUExits(ctx context.Context, t *testing.T, p *pair, px *faultProxy)
 	t.Helper()
 	a, b := p.d[0], p.d[1]
 	const name = "source QEMU exits during its pre-copy (as when the guest powers off)"
-	if _, err := a.Client.StartVM(hostd.StartVMRequest{Name: "vm3", MemSize: e2eVGPUMem, QEMU: p.e.vmSpec("pc", "intx", 100000, 0)}); err != nil {
-		t.Fatal(err)
-	}
-	con := cluster.Follow(a.Console("vm3"))
-	defer con.Close()
-	waitStep(ctx, t, con, 10)
-	seen := len(destFailures(b))
-	var once sync.Once
-	_, err := a.Client.Migrate(ctx, "vm3", hostd.MigrateRequest{To: px.Addr()}, func(pr orchestrator.Progress) {
-		if pr.Phase == orchestrator.PhaseVMMLive {
-			once.Do(func() { killQEMU(t, a) })
-		}
-	})
+	seen, err := migrateStruck(ctx, t, p, px, "vm3", func() { killQEMU(t, a) })
 	if err == nil || !strings.Contains(err.Error(), "could not be resumed at the source") || strings.Contains(err.Error(), "runs on") {
 		t.Fatalf("%s: migration error %v, want one saying the VM could not be resumed", name, err)
 	}
