@@ -175,6 +175,7 @@ func (d *Destination) incoming(ctx context.Context, ctl net.Conn, id string) {
 		err = in.run(ctx)
 	}
 	if err != nil && !in.resumed {
+		in.giveUp(err)
 		in.discard()
 		if rerr := d.record(id, outcomeAborted, 0); rerr != nil {
 			in.log.Error().Err(rerr).Msg("recording the abort")
@@ -198,6 +199,24 @@ type arriving struct {
 	times   DestTimes
 	resumed bool // the VM runs here (whatever fails afterwards)
 	gone    bool // the landing was discarded
+	// saidReady and decided bound when the source is told why this side
+	// gave up: after ready, before the source's decision.
+	saidReady, decided bool
+}
+
+// giveUpWrite bounds the write of the destination's reason: the discard
+// that follows must not wait on a stalled link.
+const giveUpWrite = time.Second
+
+// giveUp tells a source still waiting for this side why it gave up, before
+// the discard ends the VMM's incoming migration (which the source would
+// otherwise see first, as a bare connection error).
+func (in *arriving) giveUp(err error) {
+	if !in.saidReady || in.decided {
+		return
+	}
+	_ = in.ctl.SetWriteDeadline(time.Now().Add(giveUpWrite))
+	_ = writeMsg(in.ctl, gaveUp{GaveUp: err.Error()})
 }
 
 // discard removes what the migration built here, once.
@@ -244,6 +263,7 @@ func (in *arriving) run(ctx context.Context) error {
 	if err := writeMsg(in.ctl, ready{Incoming: landing.VM().Incoming(), Instance: in.d.instance}); err != nil {
 		return err
 	}
+	in.saidReady = true
 	in.log.Info().Str("incoming", landing.VM().Incoming()).Msg("ready for the migration")
 
 	// One reader of the control connection from here on: the source's
@@ -275,6 +295,7 @@ func (in *arriving) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	in.decided = true
 	if !dec.Commit {
 		return fmt.Errorf("orchestrator: the source aborted: %s", dec.Reason)
 	}
@@ -300,7 +321,7 @@ func (in *arriving) decision(ctx context.Context, early, decided <-chan decision
 		case <-time.After(in.d.opts.Timeouts.Decision):
 			return decision{}, errors.New("orchestrator: no decision from the source in time")
 		case <-ctx.Done():
-			return decision{}, fmt.Errorf("orchestrator: waiting for the source's decision: %w", ctx.Err())
+			return decision{}, fmt.Errorf("orchestrator: gmigd shutting down while waiting for the source's decision: %w", ctx.Err())
 		}
 	}
 	if r.err != nil {

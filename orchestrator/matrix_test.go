@@ -373,7 +373,20 @@ func faultCells() []cell {
 			}
 		},
 		dst: Timeouts{Decision: 2 * guard}, // only the shutdown can end its wait
-		want: want{err: ErrRolledBack, text: "VMM switchover: orchestrator: the destination's control connection",
+		want: want{err: ErrRolledBack, is: ErrDestinationGaveUp,
+			text: "VMM switchover: orchestrator: the destination gave up: orchestrator: gmigd shutting down",
+			live: liveSource, cleanup: cleanDiscarded},
+	}, {
+		// The source's VMM takes longer to switch over than the
+		// destination waits for the decision: the destination gives up,
+		// says why, and the source hears it at once.
+		name: "13b the destination's decision timeout fires during the switchover",
+		setup: func(e *env) {
+			e.vm.switchover = func(ctx context.Context) error { return waitFor(nil, ctx.Done()) }
+		},
+		dst: Timeouts{Decision: slow},
+		want: want{err: ErrRolledBack, is: ErrDestinationGaveUp,
+			text: "VMM switchover: orchestrator: the destination gave up: orchestrator: no decision from the source in time",
 			live: liveSource, cleanup: cleanDiscarded},
 	}}
 }

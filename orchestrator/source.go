@@ -30,6 +30,10 @@ var (
 	// the destination, and two live copies must never exist. Ask the
 	// destination (Resolve) once it can be reached.
 	ErrOutcomeUnknown = errors.New("orchestrator: migration outcome unknown; the VM stays paused at the source")
+	// ErrDestinationGaveUp is wrapped, with the destination's reason, in
+	// a rollback the destination started: it failed after ready and said
+	// why before it discarded.
+	ErrDestinationGaveUp = errors.New("orchestrator: the destination gave up")
 )
 
 // Source is one outgoing migration: a vGPU, the VM that uses it, and the
@@ -124,8 +128,8 @@ func (m *outgoing) run(ctx context.Context) error {
 		return m.rollback(ctx, "prepare", err)
 	}
 	// Until the commit the destination says nothing on the control
-	// connection: its end (a dead gmigd, a cut link) stops the migration
-	// at once, whatever phase is waiting.
+	// connection but why it gave up: that, or its end (a dead gmigd, a
+	// cut link), stops the migration at once, whatever phase is waiting.
 	pctx, stopWatch := m.watchControl(ctx)
 	if err := m.live(pctx, incoming); err != nil {
 		stopWatch()
@@ -172,8 +176,8 @@ func (m *outgoing) readControl() {
 	}
 }
 
-// watchControl returns ctx, cancelled if the destination says anything or
-// hangs up before the commit; stop ends the watch and reports whether the
+// watchControl returns ctx, cancelled if the destination gives up (with
+// its reason), says anything else or hangs up before the commit; stop ends the watch and reports whether the
 // context is still live (false: the destination went away).
 func (m *outgoing) watchControl(ctx context.Context) (context.Context, func() bool) {
 	wctx, cancel := context.WithCancelCause(ctx)
@@ -182,11 +186,15 @@ func (m *outgoing) watchControl(ctx context.Context) (context.Context, func() bo
 		defer close(exited)
 		select {
 		case msg := <-m.ctlIn:
-			err := msg.err
-			if err == nil {
-				err = fmt.Errorf("unexpected message %s before the commit", msg.raw)
+			var g gaveUp
+			switch {
+			case msg.err != nil:
+				cancel(fmt.Errorf("orchestrator: the destination's control connection: %w", msg.err))
+			case json.Unmarshal(msg.raw, &g) == nil && g.GaveUp != "":
+				cancel(fmt.Errorf("%w: %s", ErrDestinationGaveUp, g.GaveUp))
+			default:
+				cancel(fmt.Errorf("orchestrator: the destination's control connection: unexpected message %s before the commit", msg.raw))
 			}
-			cancel(fmt.Errorf("orchestrator: the destination's control connection: %w", err))
 		case <-done:
 		}
 	}()

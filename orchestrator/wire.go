@@ -61,6 +61,13 @@ type ready struct {
 	Instance string `json:"instance"` // the destination gmigd's run, for outcome queries
 }
 
+// gaveUp is the destination's word, after ready and before the source's
+// decision, that it has given up on the migration and why; it discards
+// what it built right after.
+type gaveUp struct {
+	GaveUp string `json:"gave_up"`
+}
+
 // decision is the source's last word: commit, or abort with a reason.
 type decision struct {
 	Commit bool   `json:"commit"`
