@@ -295,6 +295,7 @@ func (l *landing) Commit() {
 	l.s.state = stateLive
 	l.rec.state = vmRunning
 	l.h.vms[l.name] = l.rec
+	l.h.watchExit(l.rec)
 	if l.rec.qmpPath != "" {
 		_ = os.Remove(incomingMark(filepath.Dir(l.rec.qmpPath)))
 	}

@@ -98,6 +98,28 @@ func (r *vmRec) stateNow() string {
 	return r.state
 }
 
+// watchExit logs, once, the end of r's QEMU if it ends on its own while r
+// is this host's running VM (the guest powered off, or QEMU failed); a VM
+// stopped, migrated away or shut down with gmigd has left the table or
+// its running state first, and one that ends in the middle of a migration
+// is reported by the migration.
+func (h *Host) watchExit(r *vmRec) {
+	if r.q == nil {
+		return
+	}
+	go func() {
+		<-r.q.Done()
+		h.mu.Lock()
+		own := h.vms[r.name] == r && r.state == vmRunning
+		h.mu.Unlock()
+		if own {
+			err := r.q.Wait(context.Background())
+			h.log.Warn().Str("vm", r.name).Int("pid", r.q.PID()).AnErr("exit", err).
+				Msg("the VM's QEMU ended on its own: listed as " + vmExited + " (gmigd vm stop forgets it)")
+		}
+	}()
+}
+
 // close ends the VM's VMM when gmigd owns it (a QEMU it started).
 func (r *vmRec) close() {
 	if r.q != nil && !r.adopted {
@@ -150,6 +172,7 @@ func (h *Host) StartVM(ctx context.Context, req StartVMRequest) (VMInfo, error) 
 	}
 	r.state = vmRunning
 	h.vms[req.Name] = r
+	h.watchExit(r)
 	h.log.Info().Str("vm", req.Name).Int("pid", r.q.PID()).Str("machine", spec.Machine).Msg("VM started")
 	return r.info(), nil
 }
@@ -208,6 +231,7 @@ func (h *Host) AdoptVM(ctx context.Context, name, qmpPath, vgpuName string) (VMI
 		return VMInfo{}, fmt.Errorf("%w: %s", ErrVMExists, name)
 	}
 	h.vms[name] = r
+	h.watchExit(r)
 	h.log.Info().Str("vm", name).Int("pid", q.PID()).Str("qmp", qmpPath).Str("vgpu", vgpuName).Msg("VM adopted")
 	return r.info(), nil
 }

@@ -306,7 +306,17 @@ func migrateBackAndForth(t *testing.T, e env, machine, irq string, steps, fps in
 	if w := <-want; got != w {
 		t.Fatalf("digest after two migrations %s, never migrated %s", got[:16], w[:16])
 	}
+	// The guest powers off after its verdict: A says so once and lists
+	// the VM as exited.
+	if _, err := cluster.WaitLine(ctx, filepath.Join(a.RunDir, "gmigd.log"), reExitedOnItsOwn); err != nil {
+		t.Fatalf("gmigd a never logged the VM's QEMU ending: %v", err)
+	}
+	if vms, err := a.Client.ListVMs(); err != nil || len(vms) != 1 || vms[0].State != "exited" {
+		t.Fatalf("after the guest powered off A lists %+v (%v), want vm exited", vms, err)
+	}
 }
+
+var reExitedOnItsOwn = regexp.MustCompile(`"vm":"vm".*"message":"the VM's QEMU ended on its own`)
 
 // TestMigrateQEMUFailures: the destination gmigd killed while QEMU
 // pre-copies RAM, and the destination's QEMU killed between the stop
