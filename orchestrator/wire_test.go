@@ -28,6 +28,7 @@ func wireSamples() []any {
 		},
 		&ready{Incoming: "tcp:10.0.0.2:4444", Instance: "fedcba9876543210"},
 		&ready{Error: "hostd: name in use: vm", Instance: "fedcba9876543210"},
+		&gaveUp{GaveUp: "precopy: stream: section 4 (PageBatch): local error: tls: bad record MAC"},
 		&decision{Commit: true},
 		&decision{Reason: "VMM switchover: failed"},
 		&committed{OK: true, Times: DestTimes{
@@ -154,6 +155,7 @@ func FuzzReadMsg(f *testing.F) {
 		func() any { return new(Prepare) },
 		func() any { return new(committed) },
 		func() any { return new(outcome) },
+		func() any { return new(gaveUp) },
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
 		for _, target := range targets {
