@@ -304,16 +304,7 @@ func (h *Host) VGPU(name string) (*vgpu.VGPU, error) {
 
 // Destroy stops serving a vGPU, drops its client, and frees its memory.
 func (h *Host) Destroy(name string) error {
-	h.mu.Lock()
-	s, ok := h.vgpus[name]
-	if !ok {
-		h.mu.Unlock()
-		return fmt.Errorf("%w: %s", ErrNotFound, name)
-	}
-	done := h.unlistLocked(name)
-	h.mu.Unlock()
-	defer h.listDone(name, done)
-	return h.shutdown(s)
+	return h.destroyServed(name, nil)
 }
 
 // unlistLocked takes vGPU name out of the list for its shutdown; the name
@@ -333,17 +324,19 @@ func (h *Host) listDone(name string, done chan struct{}) {
 	close(done)
 }
 
-// destroyServed destroys vGPU name if it is still s.
+// destroyServed destroys vGPU name if it is still s (nil: whichever vGPU
+// has the name).
 func (h *Host) destroyServed(name string, s *served) error {
 	h.mu.Lock()
-	if h.vgpus[name] != s {
+	cur, ok := h.vgpus[name]
+	if !ok || s != nil && cur != s {
 		h.mu.Unlock()
 		return fmt.Errorf("%w: %s", ErrNotFound, name)
 	}
 	done := h.unlistLocked(name)
 	h.mu.Unlock()
 	defer h.listDone(name, done)
-	return h.shutdown(s)
+	return h.shutdown(cur)
 }
 
 func (h *Host) shutdown(s *served) error {
