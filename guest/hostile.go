@@ -234,18 +234,7 @@ func (h *Hostile) refused(what string, err error, want uint32) error {
 	if want == 0 {
 		ok = err == nil
 	}
-	h.count(func(s *HostileStats) {
-		s.Attempts++
-		if ok {
-			s.Refused++
-		} else {
-			s.Failures++
-		}
-	})
-	if !ok {
-		return fmt.Errorf("%w: %s: got %v, want device error %s", ErrNotContained, what, err, ErrBitNames(want))
-	}
-	return nil
+	return h.record(what, ok, fmt.Sprintf("got %v, want device error %s", err, ErrBitNames(want)))
 }
 
 // submitRefused submits one command, waits, and expects want.

@@ -16,6 +16,18 @@ import (
 // the scratch model up to date with what the ABI says valid commands do,
 // and leaves the driver usable.
 
+// uncontained collects an attack's attempts the device did not contain
+// (ErrNotContained); add returns any other error, which ends the attack.
+type uncontained []error
+
+func (u *uncontained) add(err error) error {
+	if err != nil && !errors.Is(err, ErrNotContained) {
+		return err
+	}
+	*u = append(*u, err)
+	return nil
+}
+
 // record counts an attempt; ok false is one that was not refused.
 func (h *Hostile) record(what string, ok bool, got string) error {
 	h.count(func(s *HostileStats) {
@@ -124,14 +136,8 @@ func (h *Hostile) attackDMA(ctx context.Context) error {
 // follows them).
 func (h *Hostile) attackCopy(ctx context.Context) error {
 	d, s := h.d, h.scratch
-	var errs []error
-	add := func(err error) error {
-		if err != nil && !errors.Is(err, ErrNotContained) {
-			return err
-		}
-		errs = append(errs, err)
-		return nil
-	}
+	var errs uncontained
+	add := errs.add
 	for _, c := range []struct {
 		what string
 		cmd  []byte
@@ -198,14 +204,8 @@ func (h *Hostile) attackCopy(ctx context.Context) error {
 // command storm.
 func (h *Hostile) attackRing(ctx context.Context) error {
 	d := h.d
-	var errs []error
-	add := func(err error) error {
-		if err != nil && !errors.Is(err, ErrNotContained) {
-			return err
-		}
-		errs = append(errs, err)
-		return nil
-	}
+	var errs uncontained
+	add := errs.add
 	cmds := malformedCommands()
 	garbage := make([]byte, 8*(1+h.rng.IntN(32)))
 	for i := range garbage {
