@@ -12,15 +12,7 @@ import (
 // 1 MiB writes (the migration stream's batch size), plain TCP against
 // mutual TLS: what the channel costs a migration's transfer terms.
 func BenchmarkStream(b *testing.B) {
-	pki := newTestPKI(b, "bench CA")
-	var log logBuffer
-	for _, c := range []struct {
-		name     string
-		src, dst orchestrator.Transport
-	}{
-		{"tcp", orchestrator.TCP{}, orchestrator.TCP{}},
-		{"mtls", pki.transport(b, "src", &log, Options{}), pki.transport(b, "dst", &log, Options{})},
-	} {
+	for _, c := range benchTransports(b) {
 		b.Run(c.name, func(b *testing.B) {
 			l, err := c.dst.Listen("127.0.0.1:0")
 			if err != nil {
@@ -55,15 +47,7 @@ func BenchmarkStream(b *testing.B) {
 // BenchmarkDial measures a connection's set-up, TCP against mutual TLS
 // (both certificates checked): a migration opens two before its VM pauses.
 func BenchmarkDial(b *testing.B) {
-	pki := newTestPKI(b, "bench CA")
-	var log logBuffer
-	for _, c := range []struct {
-		name     string
-		src, dst orchestrator.Transport
-	}{
-		{"tcp", orchestrator.TCP{}, orchestrator.TCP{}},
-		{"mtls", pki.transport(b, "src", &log, Options{}), pki.transport(b, "dst", &log, Options{})},
-	} {
+	for _, c := range benchTransports(b) {
 		b.Run(c.name, func(b *testing.B) {
 			l, err := c.dst.Listen("127.0.0.1:0")
 			if err != nil {
@@ -87,5 +71,20 @@ func BenchmarkDial(b *testing.B) {
 				conn.Close()
 			}
 		})
+	}
+}
+
+// benchTransport is one side-by-side case: plain TCP or mutual TLS.
+type benchTransport struct {
+	name     string
+	src, dst orchestrator.Transport
+}
+
+func benchTransports(b *testing.B) []benchTransport {
+	pki := newTestPKI(b, "bench CA")
+	var log logBuffer
+	return []benchTransport{
+		{"tcp", orchestrator.TCP{}, orchestrator.TCP{}},
+		{"mtls", pki.transport(b, "src", &log, Options{}), pki.transport(b, "dst", &log, Options{})},
 	}
 }
