@@ -79,13 +79,8 @@ func TestMigrateQEMUFaults(t *testing.T) {
 	p.dumpOnFailure("vm2")
 	a, b := p.d[0], p.d[1]
 	px := newFaultProxy(t, b.Addr)
-	want := make(chan string, 1)
-	go func() { want <- reference(ctx, t, steps) }()
-	if _, err := a.Client.StartVM(hostd.StartVMRequest{Name: "vm", MemSize: e2eVGPUMem, QEMU: e.vmSpec("pc", "intx", steps, fps)}); err != nil {
-		t.Fatal(err)
-	}
-	conA := cluster.Follow(a.Console("vm"))
-	defer conA.Close()
+	want := referenceLater(ctx, t, steps)
+	conA := p.startVM("vm", e.vmSpec("pc", "intx", steps, fps))
 	at := waitStep(ctx, t, conA, 20)
 
 	var rows [][]string
@@ -207,12 +202,7 @@ var (
 func migrateStruck(ctx context.Context, t *testing.T, p *pair, px *faultProxy, vm string, strike func()) (int, error) {
 	t.Helper()
 	a, b := p.d[0], p.d[1]
-	if _, err := a.Client.StartVM(hostd.StartVMRequest{Name: vm, MemSize: e2eVGPUMem, QEMU: p.e.vmSpec("pc", "intx", 100000, 0)}); err != nil {
-		t.Fatal(err)
-	}
-	con := cluster.Follow(a.Console(vm))
-	defer con.Close()
-	waitStep(ctx, t, con, 10)
+	waitStep(ctx, t, p.startVM(vm, p.e.vmSpec("pc", "intx", 100000, 0)), 10)
 	seen := len(destFailures(b))
 	var once sync.Once
 	_, err := a.Client.Migrate(ctx, vm, hostd.MigrateRequest{To: px.Addr()}, func(pr orchestrator.Progress) {

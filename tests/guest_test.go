@@ -48,6 +48,37 @@ func (h *heartbeats) maxGap() (int, time.Duration) {
 	return len(h.beats), gap
 }
 
+// guestSpec is the guest image under QEMU: 512 MiB, 2 vCPUs, this run's
+// accelerator, the machine type ("": QEMU's pc), the serial console and
+// the guest program's flags in cmdline, extra QEMU arguments.
+func (e env) guestSpec(machine, cmdline string, extra []string) qemu.Spec {
+	return qemu.Spec{
+		Machine: machine, MemoryMB: 512, CPUs: 2, Accel: e.accel, Kernel: e.kernel, Initrd: e.initrd, Extra: extra,
+		Append: "console=ttyS0 panic=-1 quiet " + cmdline,
+	}
+}
+
+// bootGuest starts QEMU with spec on the vGPU at socket, its files in
+// runDir and its console to con.
+func (e env) bootGuest(ctx context.Context, t *testing.T, spec qemu.Spec, socket, runDir string, con *console) *qemu.VM {
+	t.Helper()
+	vm, err := qemu.Start(ctx, qemu.Config{Spec: spec, Root: e.root, VfioUser: socket, RunDir: runDir, Serial: con})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return vm
+}
+
+// runGuest boots the guest and waits for it to power off; when QEMU fails
+// the console is dumped.
+func (e env) runGuest(ctx context.Context, t *testing.T, spec qemu.Spec, socket, runDir string, con *console) {
+	t.Helper()
+	if err := e.bootGuest(ctx, t, spec, socket, runDir, con).Wait(ctx); err != nil {
+		con.dump()
+		t.Fatalf("QEMU: %v", err)
+	}
+}
+
 // TestGuestOnQEMU boots a Debian kernel under QEMU 11.1 + KVM with a gmig
 // vGPU attached over vfio-user; the guest program runs the latency
 // measurements, the correctness suite by polling and by interrupt, and a
@@ -74,21 +105,7 @@ func TestGuestOnQEMU(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), e2eTimeout())
 	defer cancel()
 	start := time.Now()
-	vm, err := qemu.Start(ctx, qemu.Config{
-		Spec: qemu.Spec{
-			Kernel: e.kernel, Initrd: e.initrd,
-			Append:   "console=ttyS0 panic=-1 quiet gmig.steps=300 gmig.seed=7",
-			MemoryMB: 512, CPUs: 2, Accel: e.accel,
-		},
-		Root: e.root, VfioUser: info.Socket, RunDir: runDir, Serial: con,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := vm.Wait(ctx); err != nil {
-		con.dump()
-		t.Fatalf("QEMU: %v", err)
-	}
+	e.runGuest(ctx, t, e.guestSpec("", "gmig.steps=300 gmig.seed=7", nil), info.Socket, runDir, con)
 	total := time.Since(start)
 
 	var result, device string

@@ -49,25 +49,14 @@ func TestHostileGuestOnQEMU(t *testing.T) {
 	defer h.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), e2eTimeout())
 	defer cancel()
-	want := make(chan string, 1)
-	go func() { want <- reference(ctx, t, victimSteps) }()
+	want := referenceLater(ctx, t, victimSteps)
 
 	boot := func(name, args string, con *console) *qemu.VM {
 		info, err := h.Create(vgpu.Config{Name: name, MemSize: hostileVGPUs})
 		if err != nil {
 			t.Fatal(err)
 		}
-		vm, err := qemu.Start(ctx, qemu.Config{
-			Spec: qemu.Spec{
-				Kernel: e.kernel, Initrd: e.initrd, MemoryMB: 512, CPUs: 2, Accel: e.accel, Extra: MSIExtra,
-				Append: "console=ttyS0 panic=-1 quiet gmig.irq=msi gmig.measure=0 gmig.suite=false " + args,
-			},
-			Root: e.root, VfioUser: info.Socket, RunDir: t.TempDir(), Serial: con,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return vm
+		return e.bootGuest(ctx, t, e.guestSpec("", "gmig.irq=msi gmig.measure=0 gmig.suite=false "+args, MSIExtra), info.Socket, t.TempDir(), con)
 	}
 	attCon, vicCon := newConsole(t), newConsole(t)
 	start := time.Now()

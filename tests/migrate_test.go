@@ -114,6 +114,18 @@ func (p *pair) dumpOnFailure(vm string) {
 	})
 }
 
+// startVM starts VM name at daemon a with spec and follows its console
+// (closed at the end of the test).
+func (p *pair) startVM(name string, spec qemu.Spec) *cluster.Console {
+	p.t.Helper()
+	if _, err := p.d[0].Client.StartVM(hostd.StartVMRequest{Name: name, MemSize: e2eVGPUMem, QEMU: spec}); err != nil {
+		p.t.Fatal(err)
+	}
+	con := cluster.Follow(p.d[0].Console(name))
+	p.t.Cleanup(func() { con.Close() })
+	return con
+}
+
 func tail(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	if len(lines) > n {
@@ -141,11 +153,8 @@ func (e env) vmSpec(machine, irq string, steps, fps int) qemu.Spec {
 	if irq == "msi" {
 		extra = MSIExtra // MSI in this guest needs a virtual IOMMU
 	}
-	return qemu.Spec{
-		Machine: machine, MemoryMB: 512, CPUs: 2, Accel: e.accel, Kernel: e.kernel, Initrd: e.initrd, Extra: extra,
-		Append: fmt.Sprintf("console=ttyS0 panic=-1 quiet gmig.measure=0 gmig.suite=false gmig.steps=%d gmig.seed=%d gmig.check=true gmig.progress=10%s",
-			steps, e2eSeed, mode),
-	}
+	return e.guestSpec(machine, fmt.Sprintf("gmig.measure=0 gmig.suite=false gmig.steps=%d gmig.seed=%d gmig.check=true gmig.progress=10%s",
+		steps, e2eSeed, mode), extra)
 }
 
 // waitStep follows a console until the workload reports step >= n.
@@ -181,6 +190,14 @@ func waitEnd(ctx context.Context, t *testing.T, con *cluster.Console) string {
 		t.Fatalf("the guest reports %s", r[1])
 	}
 	return m[1]
+}
+
+// referenceLater runs reference in the background; its digest comes on
+// the channel.
+func referenceLater(ctx context.Context, t *testing.T, steps int) <-chan string {
+	want := make(chan string, 1)
+	go func() { want <- reference(ctx, t, steps) }()
+	return want
 }
 
 // reference is the digest of the same workload on a vGPU that never
@@ -271,17 +288,12 @@ func migrateBackAndForth(t *testing.T, e env, machine, irq string, steps, fps in
 	p := newPair(t, ctx, e)
 	p.dumpOnFailure("vm")
 	a, b := p.d[0], p.d[1]
-	want := make(chan string, 1)
-	go func() { want <- reference(ctx, t, steps) }()
+	want := referenceLater(ctx, t, steps)
 	// Another tenant first on A, so the vGPU's pool offset differs.
 	if _, err := a.Client.Create(hostd.CreateRequest{Name: "neighbour", MemSize: 8 << 20}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Client.StartVM(hostd.StartVMRequest{Name: "vm", MemSize: e2eVGPUMem, QEMU: e.vmSpec(machine, irq, steps, fps)}); err != nil {
-		t.Fatal(err)
-	}
-	conA := cluster.Follow(a.Console("vm"))
-	defer conA.Close()
+	conA := p.startVM("vm", e.vmSpec(machine, irq, steps, fps))
 	at := waitStep(ctx, t, conA, steps/10)
 	t.Logf("A→B at step %d", at)
 	rep, err := a.Client.Migrate(ctx, "vm", hostd.MigrateRequest{To: b.Addr}, nil)
@@ -331,13 +343,8 @@ func TestMigrateQEMUFailures(t *testing.T) {
 	p := newPair(t, ctx, e)
 	p.dumpOnFailure("vm")
 	a := p.d[0]
-	want := make(chan string, 1)
-	go func() { want <- reference(ctx, t, steps) }()
-	if _, err := a.Client.StartVM(hostd.StartVMRequest{Name: "vm", MemSize: e2eVGPUMem, QEMU: e.vmSpec("pc", "intx", steps, fps)}); err != nil {
-		t.Fatal(err)
-	}
-	conA := cluster.Follow(a.Console("vm"))
-	defer conA.Close()
+	want := referenceLater(ctx, t, steps)
+	conA := p.startVM("vm", e.vmSpec("pc", "intx", steps, fps))
 	at := waitStep(ctx, t, conA, 20)
 
 	faults := []struct {

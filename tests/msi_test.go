@@ -12,7 +12,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gmig-dev/gmig/hostd"
-	"github.com/gmig-dev/gmig/hostd/qemu"
 	"github.com/gmig-dev/gmig/internal/pci"
 	"github.com/gmig-dev/gmig/internal/vgpu"
 	"github.com/gmig-dev/gmig/vfio"
@@ -76,23 +75,7 @@ func testGuestMSI(t *testing.T, e env, machine string) {
 		}
 	}()
 	start := time.Now()
-	vm, err := qemu.Start(ctx, qemu.Config{
-		Spec: qemu.Spec{
-			Machine: machine,
-			Kernel:  e.kernel, Initrd: e.initrd,
-			Append:   "console=ttyS0 panic=-1 quiet gmig.irq=msi gmig.measure=200 gmig.steps=300 gmig.seed=7",
-			MemoryMB: 512, CPUs: 2, Accel: e.accel,
-			Extra: MSIExtra,
-		},
-		Root: e.root, VfioUser: info.Socket, RunDir: runDir, Serial: con,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := vm.Wait(ctx); err != nil {
-		con.dump()
-		t.Fatalf("QEMU: %v", err)
-	}
+	e.runGuest(ctx, t, e.guestSpec(machine, "gmig.irq=msi gmig.measure=200 gmig.steps=300 gmig.seed=7", MSIExtra), info.Socket, runDir, con)
 	t.Logf("whole run %s", time.Since(start).Round(time.Millisecond))
 
 	lines := map[string]bool{}
