@@ -14,7 +14,9 @@ import (
 // must keep their values.
 func (h *Hostile) attackIRQ(ctx context.Context) error {
 	d, bus := h.d, h.d.bus
-	var errs []error
+	// A wait that ends without the device's answer (ctx ended, the
+	// transport failed) ends the attack: what follows would misread it.
+	var errs uncontained
 	if err := bus.WriteReg32(abi.RegIntMask, abi.IntFence|abi.IntError); err != nil {
 		return err
 	}
@@ -22,18 +24,22 @@ func (h *Hostile) attackIRQ(ctx context.Context) error {
 	for range 256 {
 		v = d.Fence(abi.FenceInterrupt)
 	}
-	errs = append(errs, h.refused("256 interrupting fences", d.Wait(ctx, v), 0))
+	if err := errs.add(h.refused("256 interrupting fences", d.Wait(ctx, v), 0)); err != nil {
+		return err
+	}
 	if done, err := bus.ReadReg64(abi.RegFenceDone); err != nil {
 		return err
 	} else if done != v {
-		errs = append(errs, h.record("256 interrupting fences", false, fmt.Sprintf("FENCE_DONE %d, want %d", done, v)))
+		errs.add(h.record("256 interrupting fences", false, fmt.Sprintf("FENCE_DONE %d, want %d", done, v)))
 	}
 	for range 64 {
 		if err := d.DMAToGfx(h.scratch, 1<<44, 8); err != nil {
 			return err
 		}
 	}
-	errs = append(errs, h.refused("64 error interrupts", d.Sync(ctx), abi.ErrDMA))
+	if err := errs.add(h.refused("64 error interrupts", d.Sync(ctx), abi.ErrDMA)); err != nil {
+		return err
+	}
 	for range 128 {
 		if err := bus.WriteReg32(abi.RegIntMask, h.rng.Uint32()); err != nil {
 			return err
@@ -42,14 +48,18 @@ func (h *Hostile) attackIRQ(ctx context.Context) error {
 			return err
 		}
 	}
-	errs = append(errs, h.readOnly())
+	if err := errs.add(h.readOnly()); err != nil {
+		return err
+	}
 	if err := bus.WriteReg32(abi.RegIntMask, abi.IntFence|abi.IntError); err != nil {
 		return err
 	}
 	if err := bus.WriteReg32(abi.RegIntStatus, ^uint32(0)); err != nil {
 		return err
 	}
-	errs = append(errs, h.refused("a fence after the storm", d.Sync(ctx), 0))
+	if err := errs.add(h.refused("a fence after the storm", d.Sync(ctx), 0)); err != nil {
+		return err
+	}
 	return errors.Join(errs...)
 }
 

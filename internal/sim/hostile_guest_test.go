@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -78,5 +79,38 @@ func TestHostileProgram(t *testing.T) {
 		st.Steps, st.ByAttack, st.Attempts, st.Refused, st.Resets, st.Storms, st.Commands)
 	if st.Failures != 0 || st.Steps < uint64(len(guest.Attacks)) {
 		t.Errorf("hostile stats %+v", st)
+	}
+}
+
+// TestHostileProgramCancelled runs each attack with its context ended and
+// the vGPU's engine held (as at a migration's pause), as the end of a
+// hostile run meets an attack in the middle of a wait: the attack stops
+// with the context's error and never counts the device's unfinished work
+// as an attempt it failed to contain.
+func TestHostileProgramCancelled(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ended, end := context.WithCancel(ctx)
+	end()
+	for _, at := range guest.Attacks {
+		dev := serve(t, newPool(t, 8<<20), "hostile", 4<<20)
+		vm, err := StartVM(dev.path, 5, guest.WorkloadConfig{}, Options{MSI: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := guest.NewHostile(vm.d, guest.HostileConfig{Seed: 1, Attacks: []guest.Attack{at}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dev.v.Quiesce()
+		err = h.Step(ended)
+		dev.v.Resume()
+		if errors.Is(err, guest.ErrNotContained) {
+			t.Errorf("%s with its context ended: %v", at, err)
+		}
+		if st := h.Stats(); st.Failures != 0 {
+			t.Errorf("%s with its context ended: %+v", at, st)
+		}
+		vm.Close()
 	}
 }
