@@ -186,14 +186,20 @@ func (n *faultNet) stall(s side, kind string) {
 
 // hangUp closes the connections of kind at side, stalled ones included.
 func (n *faultNet) hangUp(s side, kind string) {
+	n.closeIf(func(c *faultConn) bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.side == s && c.kind == kind
+	})
+}
+
+// closeIf closes every connection so far for which match is true.
+func (n *faultNet) closeIf(match func(*faultConn) bool) {
 	n.mu.Lock()
 	conns := n.conns
 	n.mu.Unlock()
 	for _, c := range conns {
-		c.mu.Lock()
-		match := c.side == s && c.kind == kind
-		c.mu.Unlock()
-		if match {
+		if match(c) {
 			c.Conn.Close()
 		}
 	}
@@ -203,41 +209,25 @@ func (n *faultNet) hangUp(s side, kind string) {
 // connection it accepted close at once.
 func (n *faultNet) killDest() {
 	n.mu.Lock()
-	lists, conns := n.lists, n.conns
+	lists := n.lists
 	n.lists = nil
 	n.mu.Unlock()
 	for _, l := range lists {
 		l.Close()
 	}
-	for _, c := range conns {
-		if c.side == atDest {
-			c.Conn.Close()
-		}
-	}
+	n.closeIf(func(c *faultConn) bool { return c.side == atDest })
 }
 
 // killSource is the source gmigd dying: every connection it dialed
 // closes at once, with nothing more said.
 func (n *faultNet) killSource() {
-	n.mu.Lock()
-	conns := n.conns
-	n.mu.Unlock()
-	for _, c := range conns {
-		if c.side == atSource {
-			c.Conn.Close()
-		}
-	}
+	n.closeIf(func(c *faultConn) bool { return c.side == atSource })
 }
 
 // cut is the network between the hosts failing: every connection
 // closes at both ends (each peer reads the end or a reset).
 func (n *faultNet) cut() {
-	n.mu.Lock()
-	conns := n.conns
-	n.mu.Unlock()
-	for _, c := range conns {
-		c.Conn.Close()
-	}
+	n.closeIf(func(*faultConn) bool { return true })
 }
 
 // closeAll closes every socket, stalled ones included (test cleanup).
