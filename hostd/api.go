@@ -9,11 +9,15 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
+	"github.com/gmig-dev/gmig/abi"
 	"github.com/gmig-dev/gmig/hostd/qemu"
+	"github.com/gmig-dev/gmig/internal/pool"
 	"github.com/gmig-dev/gmig/internal/vgpu"
 	"github.com/gmig-dev/gmig/precopy"
 )
@@ -31,9 +35,15 @@ import (
 //	POST   /v1/vms/{name}/adopt     adopt a running QEMU  {"qmp": "/path", "vgpu": "gpu0"}
 //	POST   /v1/vms/{name}/migrate   migrate (MigrateRequest); the answer streams
 //	                                JSON lines: {"progress": ...} while it runs,
-//	                                then {"report": ...} or {"error": ..., "report": ...}
+//	                                then {"report": ..., "outcome": ...} or
+//	                                {"error": ..., "report": ..., "outcome": ...}
+//	                                (outcome: MigrationOutcome)
 //
-// Errors are {"error": "..."} with 400 (bad request), 404, 409 or 500.
+// A request body is one JSON value: unknown fields and anything after it
+// are refused. Errors are {"error": "..."} with 400 (bad request), 404 (no
+// such vGPU or VM), 409 (exists, or its state does not allow it), 503 (the
+// host cannot do it: no QEMU installed, no KVM, shutting down), 507 (the
+// pool has no room for the vGPU) or 500 (anything else).
 
 // CreateRequest is the body of POST /v1/vgpus.
 type CreateRequest struct {
@@ -60,6 +70,10 @@ func (h *Host) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/vgpus", func(w http.ResponseWriter, r *http.Request) {
 		var req CreateRequest
 		if err := decodeBody(r, &req); err != nil {
+			writeError(w, err)
+			return
+		}
+		if err := checkGTT(req.MemSize, req.GTTEntries); err != nil {
 			writeError(w, err)
 			return
 		}
@@ -90,17 +104,40 @@ func (h *Host) Handler() http.Handler {
 	return mux
 }
 
-// decodeBody decodes a JSON request body into v, refusing unknown fields.
+// decodeBody decodes a JSON request body into v: one JSON value of at most
+// maxRequestBody bytes, without unknown fields, and nothing after it.
 func decodeBody(r *http.Request, v any) error {
-	dec := json.NewDecoder(io.LimitReader(r.Body, maxRequestBody))
+	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, maxRequestBody))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return fmt.Errorf("%w: %v", errBadRequest, err)
+	}
+	var more json.RawMessage
+	if err := dec.Decode(&more); !errors.Is(err, io.EOF) {
+		return fmt.Errorf("%w: data after the JSON value", errBadRequest)
 	}
 	return nil
 }
 
 var errBadRequest = errors.New("hostd: bad request")
+
+// checkGTT refuses a GTT (entries; 0: the default, abi.GTTMaxEntries) that
+// cannot map all of a vGPU's graphics memory (mem bytes; 0: the default),
+// or as much of it as the largest GTT can: memory no entry reaches is
+// memory the guest's commands never can (docs/device-abi.md §3.1).
+func checkGTT(mem uint64, entries uint32) error {
+	if entries == 0 {
+		return nil
+	}
+	if mem == 0 {
+		mem = vgpu.DefaultMemSize
+	}
+	if want := min(mem/abi.PageSize, abi.GTTMaxEntries); uint64(entries) < want {
+		return fmt.Errorf("%w: %d GTT entries map %d of the %d pages of graphics memory; want at least %d (or 0: %d)",
+			errBadRequest, entries, entries, mem/abi.PageSize, want, abi.GTTMaxEntries)
+	}
+	return nil
+}
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
@@ -119,6 +156,10 @@ func writeError(w http.ResponseWriter, err error) {
 		errors.Is(err, qemu.ErrMachine), errors.Is(err, qemu.ErrSharedMemory), errors.Is(err, qemu.ErrAdopt),
 		errors.Is(err, precopy.ErrStrategy):
 		code = http.StatusBadRequest
+	case errors.Is(err, pool.ErrNoSpace):
+		code = http.StatusInsufficientStorage // the request is fine; the pool has no room for it now
+	case errors.Is(err, qemu.ErrNoRoot), errors.Is(err, qemu.ErrNoKVM), errors.Is(err, ErrClosed):
+		code = http.StatusServiceUnavailable // this host cannot run it (no QEMU, no KVM) or is shutting down
 	}
 	writeJSON(w, code, map[string]string{"error": err.Error()})
 }
@@ -144,9 +185,27 @@ func (h *Host) ListenAPI(path string) (net.Listener, error) {
 	return l, nil
 }
 
+// apiTimeouts bound how long the control API waits on a client.
+type apiTimeouts struct {
+	header time.Duration // a request's header
+	read   time.Duration // a whole request, body included
+	idle   time.Duration // a kept-alive connection between requests
+}
+
+// defaultAPITimeouts: requests are at most maxRequestBody bytes over a
+// local socket, so a client that takes seconds to send one is stuck or
+// hostile; the CLI makes one request per command, so an idle connection
+// is soon of no use. Nothing bounds writes: a migration's answer streams
+// for as long as the migration runs.
+var defaultAPITimeouts = apiTimeouts{header: 5 * time.Second, read: 10 * time.Second, idle: time.Minute}
+
 // ServeAPI serves the control API on l until ctx ends.
 func (h *Host) ServeAPI(ctx context.Context, l net.Listener) error {
-	srv := &http.Server{Handler: h.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	return h.serveAPI(ctx, l, defaultAPITimeouts)
+}
+
+func (h *Host) serveAPI(ctx context.Context, l net.Listener, t apiTimeouts) error {
+	srv := &http.Server{Handler: h.Handler(), ReadHeaderTimeout: t.header, ReadTimeout: t.read, IdleTimeout: t.idle}
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -165,13 +224,49 @@ type Client struct {
 	timeout time.Duration // each request but a migration's
 }
 
+// ErrNoDaemon is a control socket no gmigd answers on: there is none, or
+// the gmigd that made it has gone.
+var ErrNoDaemon = errors.New("hostd: no gmigd answers")
+
 // NewClient returns a client for the control socket at path.
 func NewClient(path string) *Client {
 	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		var d net.Dialer
-		return d.DialContext(ctx, "unix", path)
+		c, err := d.DialContext(ctx, "unix", path)
+		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
+			var se *os.SyscallError
+			if errors.As(err, &se) {
+				err = se.Err
+			}
+			return nil, fmt.Errorf("%w on %s (%v)", ErrNoDaemon, path, err)
+		}
+		return c, err
 	}}
 	return &Client{http: &http.Client{Transport: tr}, timeout: 60 * time.Second}
+}
+
+// send sends req and returns the answer, or the error of an answer that
+// is not a success.
+func (c *Client) send(req *http.Request) (*http.Response, error) {
+	what := req.Method + " " + req.URL.Path
+	resp, err := c.http.Do(req)
+	if errors.Is(err, ErrNoDaemon) {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, err
+	}
+	if err != nil {
+		return nil, fmt.Errorf("hostd: %s: %w", what, err)
+	}
+	if resp.StatusCode >= 300 {
+		defer resp.Body.Close()
+		var e struct{ Error string }
+		_ = json.NewDecoder(io.LimitReader(resp.Body, maxRequestBody)).Decode(&e)
+		return nil, fmt.Errorf("hostd: %s: %s: %s", what, resp.Status, e.Error)
+	}
+	return resp, nil
 }
 
 // List lists the vGPUs.
@@ -212,16 +307,11 @@ func (c *Client) do(method, path string, in, out any) error {
 	if err != nil {
 		return err
 	}
-	resp, err := c.http.Do(req)
+	resp, err := c.send(req)
 	if err != nil {
-		return fmt.Errorf("hostd: %s %s: %w", method, path, err)
+		return err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode >= 300 {
-		var e struct{ Error string }
-		_ = json.NewDecoder(io.LimitReader(resp.Body, maxRequestBody)).Decode(&e)
-		return fmt.Errorf("hostd: %s %s: %s: %s", method, path, resp.Status, e.Error)
-	}
 	if out == nil {
 		return nil
 	}

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"sync"
 	"time"
@@ -36,6 +35,46 @@ type MigrateEvent struct {
 	Progress *orchestrator.Progress `json:"progress,omitempty"`
 	Report   *orchestrator.Report   `json:"report,omitempty"`
 	Error    string                 `json:"error,omitempty"`
+	// Outcome is set on the last line: where the VM is (the Outcome
+	// constants).
+	Outcome string `json:"outcome,omitempty"`
+}
+
+// A migration's outcomes, as its answer's last line names them: one per
+// outcome error of the orchestrator, and one for a migration refused
+// before anything moved.
+const (
+	OutcomeMigrated   = "migrated"    // the VM runs at the destination
+	OutcomeRolledBack = "rolled-back" // orchestrator.ErrRolledBack: it runs on at the source
+	OutcomeNotResumed = "not-resumed" // orchestrator.ErrNotResumed: the source could not resume it
+	OutcomeUnknown    = "unknown"     // orchestrator.ErrOutcomeUnknown: paused at the source until the destination answers
+	OutcomeNotStarted = "not-started" // refused before it began (the VM's state): the VM is as it was
+)
+
+// outcomeErrors pairs the outcomes of failed migrations with the
+// orchestrator's errors for them.
+var outcomeErrors = []struct {
+	outcome string
+	err     error
+}{
+	{OutcomeRolledBack, orchestrator.ErrRolledBack},
+	{OutcomeNotResumed, orchestrator.ErrNotResumed},
+	{OutcomeUnknown, orchestrator.ErrOutcomeUnknown},
+}
+
+// MigrationOutcome is the outcome of a migration that MigrateVM ended
+// with err. Every error of a migration that began wraps one of the
+// orchestrator's outcome errors; any other refused it before it began.
+func MigrationOutcome(err error) string {
+	if err == nil {
+		return OutcomeMigrated
+	}
+	for _, o := range outcomeErrors {
+		if errors.Is(err, o.err) {
+			return o.outcome
+		}
+	}
+	return OutcomeNotStarted
 }
 
 func (h *Host) vmRoutes(mux *http.ServeMux) {
@@ -45,6 +84,10 @@ func (h *Host) vmRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/vms", func(w http.ResponseWriter, r *http.Request) {
 		var req StartVMRequest
 		if err := decodeBody(r, &req); err != nil {
+			writeError(w, err)
+			return
+		}
+		if err := req.check(); err != nil {
 			writeError(w, err)
 			return
 		}
@@ -86,6 +129,15 @@ func (h *Host) vmRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/vms/{name}/migrate", h.serveMigrate)
 }
 
+// check refuses what StartVM would otherwise default or pass on to QEMU
+// to fail there: a negative size or count, a GTT too small for the vGPU.
+func (req StartVMRequest) check() error {
+	if req.QEMU.MemoryMB < 0 || req.QEMU.CPUs < 0 {
+		return fmt.Errorf("%w: memory_mb %d, cpus %d: want positive values (or 0: the defaults)", errBadRequest, req.QEMU.MemoryMB, req.QEMU.CPUs)
+	}
+	return checkGTT(req.MemSize, req.GTTEntries)
+}
+
 // serveMigrate runs a migration and streams its progress and report.
 func (h *Host) serveMigrate(w http.ResponseWriter, r *http.Request) {
 	var req MigrateRequest
@@ -100,6 +152,10 @@ func (h *Host) serveMigrate(w http.ResponseWriter, r *http.Request) {
 	}
 	if req.To == "" {
 		writeError(w, fmt.Errorf("%w: no destination (\"to\")", errBadRequest))
+		return
+	}
+	if req.BackgroundRate < 0 || req.DowntimeMS < 0 {
+		writeError(w, fmt.Errorf("%w: background_rate %d, downtime_limit_ms %d: want values ≥ 0", errBadRequest, req.BackgroundRate, req.DowntimeMS))
 		return
 	}
 	name := r.PathValue("name")
@@ -130,7 +186,7 @@ func (h *Host) serveMigrate(w http.ResponseWriter, r *http.Request) {
 		MaxBandwidth:  req.MaxBandwidthMB << 20,
 		DowntimeLimit: time.Duration(req.DowntimeMS) * time.Millisecond,
 	})
-	ev := MigrateEvent{Report: &rep}
+	ev := MigrateEvent{Report: &rep, Outcome: MigrationOutcome(err)}
 	if err != nil {
 		ev.Error = err.Error()
 	}
@@ -160,11 +216,33 @@ func (c *Client) AdoptVM(name string, req AdoptRequest) (VMInfo, error) {
 	return out, c.do(http.MethodPost, "/v1/vms/"+name+"/adopt", req, &out)
 }
 
-// ErrMigrationFailed wraps a migration's error as the daemon reported it.
+// ErrMigrationFailed is wrapped in every MigrationError.
 var ErrMigrationFailed = errors.New("hostd: migration failed")
 
+// MigrationError is a migration's failure as the daemon reported it. It
+// wraps ErrMigrationFailed and the orchestrator's error for its outcome,
+// if it has one (orchestrator.ErrRolledBack and the others), so that
+// callers branch with errors.Is as they would on MigrateVM's error.
+type MigrationError struct {
+	Outcome string // one of the Outcome constants
+	Reason  string // the daemon's error text
+}
+
+func (e *MigrationError) Error() string { return ErrMigrationFailed.Error() + ": " + e.Reason }
+
+func (e *MigrationError) Unwrap() []error {
+	errs := []error{ErrMigrationFailed}
+	for _, o := range outcomeErrors {
+		if o.outcome == e.Outcome {
+			errs = append(errs, o.err)
+		}
+	}
+	return errs
+}
+
 // Migrate migrates a VM, calling progress for each snapshot, and returns
-// the report. It waits as long as the migration takes.
+// the report. It waits as long as the migration takes. A migration that
+// fails is a *MigrationError.
 func (c *Client) Migrate(ctx context.Context, name string, req MigrateRequest, progress func(orchestrator.Progress)) (orchestrator.Report, error) {
 	b, err := json.Marshal(req)
 	if err != nil {
@@ -174,16 +252,11 @@ func (c *Client) Migrate(ctx context.Context, name string, req MigrateRequest, p
 	if err != nil {
 		return orchestrator.Report{}, err
 	}
-	resp, err := c.http.Do(hr)
+	resp, err := c.send(hr)
 	if err != nil {
-		return orchestrator.Report{}, fmt.Errorf("hostd: migrate %s: %w", name, err)
+		return orchestrator.Report{}, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode >= 300 {
-		var e struct{ Error string }
-		_ = json.NewDecoder(io.LimitReader(resp.Body, maxRequestBody)).Decode(&e)
-		return orchestrator.Report{}, fmt.Errorf("hostd: migrate %s: %s: %s", name, resp.Status, e.Error)
-	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 4<<20)
 	for sc.Scan() {
@@ -201,7 +274,7 @@ func (c *Client) Migrate(ctx context.Context, name string, req MigrateRequest, p
 			if e.Report != nil {
 				rep = *e.Report
 			}
-			return rep, fmt.Errorf("%w: %s", ErrMigrationFailed, e.Error)
+			return rep, &MigrationError{Outcome: e.Outcome, Reason: e.Error}
 		case e.Report != nil:
 			return *e.Report, nil
 		}

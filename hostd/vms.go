@@ -52,6 +52,7 @@ type VMInfo struct {
 	QMP     string `json:"qmp,omitempty"`
 	Console string `json:"console,omitempty"`
 	Machine string `json:"machine,omitempty"`
+	Accel   string `json:"accel,omitempty"` // kvm or tcg; "" for an adopted VM
 }
 
 // vmRec is one VM this host runs.
@@ -74,7 +75,7 @@ func (r *vmRec) info() VMInfo {
 	if r.q != nil {
 		i.PID = r.q.PID()
 		c := r.q.Config()
-		i.Machine = c.Machine
+		i.Machine, i.Accel = c.Machine, c.Accel
 		if len(c.Argv) > 0 {
 			i.Machine = "(adopted command line)"
 		}
