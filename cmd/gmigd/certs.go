@@ -1,8 +1,6 @@
 package main
 
 import (
-	"errors"
-	"flag"
 	"fmt"
 	"time"
 
@@ -24,19 +22,18 @@ ca.key stays where it was made. Production certificates come from your own
 PKI (docs/security.md).`
 
 func cmdCerts(args []string) error {
-	fs := flag.NewFlagSet("certs", flag.ContinueOnError)
+	fs := newFlagSet("certs", certsUsage)
 	out := fs.String("out", "", "directory for the CA and the hosts' files (required; made 0700)")
 	hosts := fs.String("hosts", "", "comma-separated hosts: NAME or NAME=SAN+SAN (a SAN is a DNS name or an IP address; required)")
 	days := fs.Int("days", 365, "validity of new certificates in days")
-	fs.Usage = func() { fmt.Fprintln(fs.Output(), certsUsage); fs.PrintDefaults() }
-	if err := fs.Parse(args); err != nil {
+	if _, err := parseN(fs, args); err != nil {
 		return err
 	}
-	if *out == "" || *hosts == "" || fs.NArg() != 0 {
-		return fmt.Errorf("want -out DIR and -hosts\n%s", certsUsage)
+	if *out == "" || *hosts == "" {
+		return badUsage(fs, "want -out DIR and -hosts")
 	}
 	if *days < 1 {
-		return errors.New("-days must be at least 1")
+		return badUsage(fs, "-days %d: want at least 1", *days)
 	}
 	hs, err := mtls.ParseHosts(*hosts)
 	if err != nil {

@@ -57,7 +57,7 @@ func cmdDemo(args []string) error {
 	fs.BoolVar(&d.json, "json", false, "progress as JSON lines")
 	logLevel := fs.String("log-level", "warn", "gmigd log level")
 	q.flags(fs)
-	if err := fs.Parse(args); err != nil {
+	if _, err := parseN(fs, args); err != nil {
 		return err
 	}
 	var err error

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/hex"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -35,16 +34,24 @@ func (g *guestRun) flags(fs *flag.FlagSet, defaultSteps int) {
 	fs.BoolVar(&g.check, "check", true, "verify graphics memory against a CPU reference model after every workload step")
 }
 
+const guestUsage = `usage: gmigd guest -socket SOCK [flags]
+
+Attaches to a vGPU's vfio-user socket as QEMU and a guest driver would, then
+runs the correctness suite and a seeded workload (printing its digest).`
+
 func cmdGuest(args []string) error {
 	var g guestRun
-	fs := flag.NewFlagSet("guest", flag.ContinueOnError)
+	fs := newFlagSet("guest", guestUsage)
 	fs.StringVar(&g.socket, "socket", "", "the vGPU's vfio-user socket (required)")
 	g.flags(fs, 0)
-	if err := fs.Parse(args); err != nil {
+	if _, err := parseN(fs, args); err != nil {
 		return err
 	}
 	if g.socket == "" {
-		return errors.New("-socket is required")
+		return badUsage(fs, "-socket is required")
+	}
+	if g.steps < 0 {
+		return badUsage(fs, "-steps %d: want ≥ 0", g.steps)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

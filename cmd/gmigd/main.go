@@ -8,16 +8,24 @@
 //	gmigd demo   [flags]            two gmigd and a Linux VM under QEMU: a live migration and its report (-sim: in-process)
 //	gmigd bench  [flags]            the migration strategies compared on one seeded workload
 //	gmigd certs  -out DIR -hosts a,b  a test CA and certificates for mutual TLS between gmigd
+//	gmigd version                    the module version and VCS revision gmigd was built from
 //
-// See docs/operator-guide.md.
+// Every command takes its flags before, between or after its arguments
+// ("--" ends them) and prints its help with -h. See docs/operator-guide.md.
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"os"
+
+	"github.com/gmig-dev/gmig/hostd"
+	"github.com/gmig-dev/gmig/orchestrator"
 )
 
-const usage = `usage: gmigd <command> [flags]
+const usage = `usage: gmigd <command> [flags] [arguments]
 
 commands:
   serve    run the daemon (pool, vGPUs, vfio-user sockets, control API, migrations)
@@ -29,38 +37,90 @@ commands:
   status   this host's GPUs (NVML) and whether the cuda back end can run
   bench    compare the migration strategies on one seeded workload (downtime in ms)
   certs    make a test CA and host certificates for mutual TLS between gmigd (testing only)
+  version  the module version and VCS revision gmigd was built from
 
-Run 'gmigd <command> -h' for a command's flags.
+Run 'gmigd <command> -h' (or 'gmigd help <command>') for a command's flags.
 `
 
+// Exit statuses of every command (docs/operator-guide.md, "Exit statuses").
+const (
+	exitOK     = 0
+	exitFailed = 1 // any error the codes below do not name
+	// exitUsage: the command line was refused before anything was done;
+	// 2 as the flag package's ExitOnError and the shells' builtins use.
+	exitUsage = 2
+	// gmigd migrate's failures, one per orchestrator outcome error (the
+	// migrate API's "outcome"): gmigd's own numbering.
+	exitRolledBack     = 3 // orchestrator.ErrRolledBack: the VM runs on at the source
+	exitNotResumed     = 4 // orchestrator.ErrNotResumed: the source could not resume the VM
+	exitOutcomeUnknown = 5 // orchestrator.ErrOutcomeUnknown: paused at the source until the destination answers
+)
+
+// commands are gmigd's commands by name.
+var commands = map[string]func([]string) error{
+	"serve":   cmdServe,
+	"vgpu":    cmdVGPU,
+	"vm":      cmdVM,
+	"migrate": cmdMigrate,
+	"guest":   cmdGuest,
+	"demo":    cmdDemo,
+	"bench":   cmdBench,
+	"status":  cmdStatus,
+	"certs":   cmdCerts,
+	"version": cmdVersion,
+}
+
 func main() {
-	if len(os.Args) < 2 {
+	os.Exit(run(os.Args[1:]))
+}
+
+// run runs the command line args (without the program's name) and returns
+// its exit status.
+func run(args []string) int {
+	if len(args) == 0 {
 		fmt.Fprint(os.Stderr, usage)
-		os.Exit(2)
+		return exitUsage
 	}
-	cmds := map[string]func([]string) error{
-		"serve":   cmdServe,
-		"vgpu":    cmdVGPU,
-		"vm":      cmdVM,
-		"migrate": cmdMigrate,
-		"guest":   cmdGuest,
-		"demo":    cmdDemo,
-		"bench":   cmdBench,
-		"status":  cmdStatus,
-		"certs":   cmdCerts,
-	}
-	name, args := os.Args[1], os.Args[2:]
-	if name == "-h" || name == "--help" || name == "help" {
+	name, args := args[0], args[1:]
+	switch {
+	case name == "help" && len(args) == 1:
+		return run([]string{args[0], "-h"})
+	case name == "-h" || name == "--help" || name == "help" && len(args) == 0:
 		fmt.Print(usage)
-		return
+		return exitOK
 	}
-	run, ok := cmds[name]
+	cmd, ok := commands[name]
 	if !ok {
 		fmt.Fprintf(os.Stderr, "gmigd: unknown command %q\n\n%s", name, usage)
-		os.Exit(2)
+		return exitUsage
 	}
-	if err := run(args); err != nil {
-		fmt.Fprintf(os.Stderr, "gmigd %s: %v\n", name, err)
-		os.Exit(1)
+	return exitStatus(name, cmd(args), os.Stderr)
+}
+
+// exitStatus reports command name's error on stderr (with the command's
+// usage if the command line was refused) and returns the exit status for
+// it.
+func exitStatus(name string, err error, stderr io.Writer) int {
+	var ue *usageError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "gmigd %s: %v\n\n", ue.fs.Name(), ue.err)
+		ue.printUsage(stderr)
+		return exitUsage
+	case errors.Is(err, hostd.ErrNoDaemon):
+		fmt.Fprintf(stderr, "gmigd %s: %v; is gmigd serve running there (-run-dir)?\n", name, err)
+		return exitFailed
 	}
+	fmt.Fprintf(stderr, "gmigd %s: %v\n", name, err)
+	switch {
+	case errors.Is(err, orchestrator.ErrNotResumed):
+		return exitNotResumed
+	case errors.Is(err, orchestrator.ErrRolledBack):
+		return exitRolledBack
+	case errors.Is(err, orchestrator.ErrOutcomeUnknown):
+		return exitOutcomeUnknown
+	}
+	return exitFailed
 }

@@ -4,11 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 	"time"
 
@@ -18,54 +16,71 @@ import (
 	"github.com/gmig-dev/gmig/precopy"
 )
 
-const migrateUsage = `usage: gmigd migrate [flags] VM --to HOST:PORT
+const migrateUsage = `usage: gmigd migrate VM --to HOST:PORT [flags]
 
 Moves a running VM and its vGPU to the gmigd whose migration listener is
 HOST:PORT (gmigd serve -migrate-listen there). Shows progress while it runs
-and the downtime report at the end.`
+and the downtime report at the end; with --json, the last line's "outcome"
+says where the VM is.
+
+exit status:
+  0  migrated: the VM runs at the destination          (outcome "migrated")
+  1  any other error: the daemon refused the migration before it began
+     (outcome "not-started", or none) or could not be reached, and
+     nothing was done; or this command lost the daemon's answer (gmigd vm
+     list shows where the VM is)
+  2  bad command line: nothing was done
+  3  rolled back: the VM runs on at the source          (outcome "rolled-back")
+  4  not resumed: the source could not resume the VM;  (outcome "not-resumed")
+     it runs nowhere (gmigd vm list shows it exited)
+  5  outcome unknown: the VM stays paused at the source (outcome "unknown")
+     until the destination answers, which the daemon goes on asking`
 
 func cmdMigrate(args []string) error {
-	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
-	runDir := fs.String("run-dir", hostd.DefaultRunDir, "the source daemon's run directory (its control socket is gmigd.sock there)")
+	fs := newFlagSet("migrate", migrateUsage)
+	runDir := hostd.DefaultRunDir
+	runDirFlag(fs, &runDir)
 	to := fs.String("to", "", "the destination gmigd's migration address, HOST:PORT (required)")
 	strategy := fs.String("strategy", string(precopy.OneShot), "vGPU pre-copy strategy: oneshot, iterative or stopcopy")
 	bgRate := fs.Int("background-rate", 0, "oneshot: background re-hash budget in pages/s while QEMU pre-copies RAM (0: off)")
 	maxBW := fs.Uint64("max-bandwidth-mb", 0, "QEMU's RAM migration bandwidth cap in MiB/s (0: 10 GiB/s)")
 	downtime := fs.Duration("downtime-limit", 0, "QEMU's downtime target for its RAM convergence (0: QEMU's 300ms)")
 	jsonOut := fs.Bool("json", false, "progress and the report as JSON lines")
-	fs.Usage = func() { fmt.Fprintln(fs.Output(), migrateUsage); fs.PrintDefaults() }
-	// The VM's name may come before or after the flags.
-	var name string
-	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
-		name, args = args[0], args[1:]
-	}
-	if err := fs.Parse(args); err != nil {
+	pos, err := parseN(fs, args, "VM")
+	if err != nil {
 		return err
 	}
-	if name == "" && fs.NArg() == 1 {
-		name = fs.Arg(0)
-	} else if fs.NArg() != 0 || name == "" {
-		return fmt.Errorf("want one VM name\n%s", migrateUsage)
-	}
-	if *to == "" {
-		return fmt.Errorf("missing --to HOST:PORT\n%s", migrateUsage)
+	switch {
+	case *to == "":
+		return badUsage(fs, "missing --to HOST:PORT")
+	case *bgRate < 0:
+		return badUsage(fs, "-background-rate %d: want ≥ 0", *bgRate)
+	case *downtime < 0:
+		return badUsage(fs, "-downtime-limit %v: want ≥ 0", *downtime)
 	}
 	if _, err := precopy.ParseStrategy(*strategy); err != nil {
-		return err
+		return badUsage(fs, "%v", err)
 	}
-	c := hostd.NewClient(filepath.Join(*runDir, "gmigd.sock"))
+	name := pos[0]
 	// Ctrl-C leaves the migration to the daemon, which resolves it (roll
 	// back or commit) whatever happens to this command.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	pp := newProgressPrinter(os.Stdout, *jsonOut, !*jsonOut && term.IsTerminal(int(os.Stdout.Fd())))
 	t0 := time.Now()
-	rep, err := c.Migrate(ctx, name, hostd.MigrateRequest{
+	rep, err := client(runDir).Migrate(ctx, name, hostd.MigrateRequest{
 		To: *to, Strategy: *strategy, BackgroundRate: *bgRate, MaxBandwidthMB: *maxBW, DowntimeMS: downtime.Milliseconds(),
 	}, pp.show)
 	pp.done()
 	if *jsonOut {
 		out := map[string]any{"report": rep}
+		var merr *hostd.MigrationError
+		switch {
+		case err == nil:
+			out["outcome"] = hostd.OutcomeMigrated
+		case errors.As(err, &merr):
+			out["outcome"] = merr.Outcome
+		}
 		if err != nil {
 			out["error"] = err.Error()
 		}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -32,6 +31,9 @@ func (s *vgpuSpecs) Set(v string) error {
 		if err != nil {
 			return err
 		}
+		if n == 0 {
+			return fmt.Errorf("%s: size 0: want a size (e.g. 64M)", v)
+		}
 		c.MemSize = n
 	}
 	*s = append(*s, c)
@@ -42,8 +44,14 @@ func (s *vgpuSpecs) Set(v string) error {
 // address its migration listener got (useful with port 0).
 const MigrateAddrFile = "migrate.addr"
 
+const serveUsage = `usage: gmigd serve [flags]
+
+Runs the daemon: the graphics-memory pool, vGPUs and their vfio-user
+sockets, the control API on RUN-DIR/gmigd.sock and, with -migrate-listen,
+incoming migrations. SIGINT or SIGTERM shuts it down.`
+
 func cmdServe(args []string) error {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs := newFlagSet("serve", serveUsage)
 	poolSize := byteSize(hostd.DefaultPoolSize)
 	fs.Var(&poolSize, "pool", "graphics memory shared by all vGPUs (e.g. 1G)")
 	runDir := fs.String("run-dir", hostd.DefaultRunDir, "directory for the control socket, the vGPUs' vfio-user sockets and the VMs' files")
@@ -57,8 +65,11 @@ func cmdServe(args []string) error {
 	mig.register(fs)
 	var tos migrationTimeouts
 	tos.register(fs)
-	if err := fs.Parse(args); err != nil {
+	if _, err := parseN(fs, args); err != nil {
 		return err
+	}
+	if poolSize == 0 {
+		return badUsage(fs, "-pool 0: want a size (e.g. 1G)")
 	}
 	timeouts, err := tos.timeouts()
 	if err != nil {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"flag"
 	"fmt"
 	"os"
 
@@ -25,12 +24,17 @@ type cudaStatus struct {
 	Driver    int    `json:"driver,omitempty"`
 }
 
+const statusUsage = `usage: gmigd status [-json]
+
+Prints this host's GPUs as NVML sees them and whether the cuda back end can
+run here (no GPU is a normal state).`
+
 // cmdStatus prints the host's GPU inventory. No GPU, no NVML or no CUDA
 // driver is a normal state: it is reported and the command succeeds.
 func cmdStatus(args []string) error {
-	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	fs := newFlagSet("status", statusUsage)
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := fs.Parse(args); err != nil {
+	if _, err := parseN(fs, args); err != nil {
 		return err
 	}
 	st := status{NVML: nvml.Inventory()}

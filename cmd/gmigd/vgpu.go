@@ -2,65 +2,101 @@ package main
 
 import (
 	"encoding/json"
-	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 	"text/tabwriter"
 
 	"github.com/gmig-dev/gmig/hostd"
+	"github.com/gmig-dev/gmig/internal/vgpu"
 )
 
-const vgpuUsage = `usage: gmigd vgpu [-run-dir DIR] <create NAME [-mem SIZE] [-backend software|cuda] [-guest-modules] | list | show NAME | rm NAME>`
+const vgpuUsage = `usage: gmigd vgpu <command> [flags] [arguments]
+
+  create NAME [-mem SIZE] [-backend software|cuda] [-guest-modules]   make a vGPU
+  list                                                                 list vGPUs
+  show NAME                                                            describe one
+  rm NAME                                                              destroy one
+
+Every command takes -run-dir DIR (before or after the command) and -h.`
+
+// vgpuCommands are gmigd vgpu's commands.
+var vgpuCommands = map[string]func(runDir *string, args []string) error{
+	"create": vgpuCreate,
+	"list":   vgpuList,
+	"show":   vgpuShow,
+	"rm":     vgpuRemove,
+}
 
 func cmdVGPU(args []string) error {
-	fs := flag.NewFlagSet("vgpu", flag.ContinueOnError)
-	runDir := fs.String("run-dir", hostd.DefaultRunDir, "the daemon's run directory (its control socket is gmigd.sock there)")
-	fs.Usage = func() { fmt.Fprintln(fs.Output(), vgpuUsage); fs.PrintDefaults() }
-	if err := fs.Parse(args); err != nil {
+	return subcommand("vgpu", vgpuUsage, vgpuCommands, args)
+}
+
+func vgpuList(runDir *string, args []string) error {
+	fs := newFlagSet("vgpu list", "usage: gmigd vgpu list [-run-dir DIR]\n\nLists the daemon's vGPUs.")
+	runDirFlag(fs, runDir)
+	if _, err := parseN(fs, args); err != nil {
 		return err
 	}
-	c := hostd.NewClient(filepath.Join(*runDir, "gmigd.sock"))
-	rest := fs.Args()
-	if len(rest) == 0 {
-		return fmt.Errorf("missing subcommand\n%s", vgpuUsage)
+	list, err := client(*runDir).List()
+	if err != nil {
+		return err
 	}
-	switch sub, rest := rest[0], rest[1:]; {
-	case sub == "list":
-		list, err := c.List()
-		if err != nil {
-			return err
-		}
-		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "NAME\tMEM\tBACKEND\tPOOL OFFSET\tSOCKET\tFENCES\tFAULTS")
-		for _, i := range list {
-			fmt.Fprintf(tw, "%s\t%dM\t%s\t%#x\t%s\t%d\t%d\n", i.Name, i.MemSize>>20, i.Backend, i.PoolOffset, i.Socket, i.Stats.Fences, i.Stats.Faults)
-		}
-		return tw.Flush()
-	case sub == "create" && len(rest) >= 1:
-		cf := flag.NewFlagSet("create", flag.ContinueOnError)
-		mem := byteSize(0)
-		cf.Var(&mem, "mem", "graphics memory (power of two, ≥ 1M; default 64M)")
-		backend := cf.String("backend", "software", "what runs the vGPU's commands: software, or cuda (NVIDIA GPU 0; docs/nvidia.md)")
-		modules := cf.Bool("guest-modules", false, "cuda: let the guest load its own PTX (see docs/nvidia.md, Isolation)")
-		if err := cf.Parse(rest[1:]); err != nil {
-			return err
-		}
-		info, err := c.Create(hostd.CreateRequest{Name: rest[0], MemSize: uint64(mem), Backend: *backend, GuestModules: *modules})
-		if err != nil {
-			return err
-		}
-		return printJSON(info)
-	case sub == "show" && len(rest) == 1:
-		info, err := c.Get(rest[0])
-		if err != nil {
-			return err
-		}
-		return printJSON(info)
-	case sub == "rm" && len(rest) == 1:
-		return c.Destroy(rest[0])
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tSTATE\tMEM\tBACKEND\tPOOL OFFSET\tSOCKET\tFENCES\tFAULTS")
+	for _, i := range list {
+		fmt.Fprintf(tw, "%s\t%s\t%dM\t%s\t%#x\t%s\t%d\t%d\n", i.Name, i.State, i.MemSize>>20, i.Backend, i.PoolOffset, i.Socket, i.Stats.Fences, i.Stats.Faults)
 	}
-	return fmt.Errorf("bad arguments %q\n%s", rest, vgpuUsage)
+	return tw.Flush()
+}
+
+const vgpuCreateUsage = `usage: gmigd vgpu create NAME [flags]
+
+Makes vGPU NAME in the daemon's pool and serves it on its vfio-user socket;
+prints it as JSON, socket included.`
+
+func vgpuCreate(runDir *string, args []string) error {
+	fs := newFlagSet("vgpu create", vgpuCreateUsage)
+	runDirFlag(fs, runDir)
+	mem := byteSize(vgpu.DefaultMemSize)
+	fs.Var(&mem, "mem", "graphics memory (a power of two, ≥ 1M)")
+	backend := fs.String("backend", "software", "what runs the vGPU's commands: software, or cuda (NVIDIA GPU 0; docs/nvidia.md)")
+	modules := fs.Bool("guest-modules", false, "cuda: let the guest load its own PTX (see docs/nvidia.md, Isolation)")
+	pos, err := parseN(fs, args, "NAME")
+	if err != nil {
+		return err
+	}
+	if mem == 0 {
+		return badUsage(fs, "-mem 0: want a size (e.g. 64M)")
+	}
+	info, err := client(*runDir).Create(hostd.CreateRequest{Name: pos[0], MemSize: uint64(mem), Backend: *backend, GuestModules: *modules})
+	if err != nil {
+		return err
+	}
+	return printJSON(info)
+}
+
+func vgpuShow(runDir *string, args []string) error {
+	fs := newFlagSet("vgpu show", "usage: gmigd vgpu show NAME [-run-dir DIR]\n\nDescribes vGPU NAME as JSON.")
+	runDirFlag(fs, runDir)
+	pos, err := parseN(fs, args, "NAME")
+	if err != nil {
+		return err
+	}
+	info, err := client(*runDir).Get(pos[0])
+	if err != nil {
+		return err
+	}
+	return printJSON(info)
+}
+
+func vgpuRemove(runDir *string, args []string) error {
+	fs := newFlagSet("vgpu rm", "usage: gmigd vgpu rm NAME [-run-dir DIR]\n\nDestroys vGPU NAME and frees its memory.")
+	runDirFlag(fs, runDir)
+	pos, err := parseN(fs, args, "NAME")
+	if err != nil {
+		return err
+	}
+	return client(*runDir).Destroy(pos[0])
 }
 
 func printJSON(v any) error {

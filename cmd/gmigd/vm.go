@@ -1,110 +1,176 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/gmig-dev/gmig/hostd"
 	"github.com/gmig-dev/gmig/hostd/qemu"
+	"github.com/gmig-dev/gmig/internal/vgpu"
 )
 
-const vmUsage = `usage: gmigd vm [-run-dir DIR] <command>
+const vmUsage = `usage: gmigd vm <command> [flags] [arguments]
 
   start NAME [flags] [-- EXTRA QEMU ARGS]   start QEMU with a new vGPU NAME
   adopt NAME -qmp SOCK -vgpu VGPU           take a running QEMU (e.g. libvirt's) under gmigd
   list                                      list VMs
   show NAME                                 describe one
-  stop NAME                                 stop it (an adopted VM is only released)`
+  stop NAME                                 stop it (an adopted VM is only released)
 
-func cmdVM(args []string) error {
-	fs := flag.NewFlagSet("vm", flag.ContinueOnError)
-	runDir := fs.String("run-dir", hostd.DefaultRunDir, "the daemon's run directory (its control socket is gmigd.sock there)")
-	fs.Usage = func() { fmt.Fprintln(fs.Output(), vmUsage); fs.PrintDefaults() }
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	c := hostd.NewClient(filepath.Join(*runDir, "gmigd.sock"))
-	rest := fs.Args()
-	if len(rest) == 0 {
-		return fmt.Errorf("missing subcommand\n%s", vmUsage)
-	}
-	switch sub, rest := rest[0], rest[1:]; {
-	case sub == "list":
-		list, err := c.ListVMs()
-		if err != nil {
-			return err
-		}
-		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "NAME\tKIND\tSTATE\tVGPU\tPID\tMACHINE\tQMP")
-		for _, v := range list {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", v.Name, v.Kind, v.State, v.VGPU, v.PID, v.Machine, v.QMP)
-		}
-		return tw.Flush()
-	case sub == "start" && len(rest) >= 1:
-		return vmStart(c, rest[0], rest[1:])
-	case sub == "adopt" && len(rest) >= 1:
-		af := flag.NewFlagSet("adopt", flag.ContinueOnError)
-		qmpPath := af.String("qmp", "", "the VM's QMP socket (required)")
-		vgpuName := af.String("vgpu", "", "the vGPU on this host the VM uses as vfio-user-pci device id "+qemu.DeviceID+" (required)")
-		if err := af.Parse(rest[1:]); err != nil {
-			return err
-		}
-		if *qmpPath == "" || *vgpuName == "" {
-			return fmt.Errorf("adopt needs -qmp and -vgpu\n%s", vmUsage)
-		}
-		info, err := c.AdoptVM(rest[0], hostd.AdoptRequest{QMP: *qmpPath, VGPU: *vgpuName})
-		if err != nil {
-			return err
-		}
-		return printJSON(info)
-	case sub == "show" && len(rest) == 1:
-		list, err := c.ListVMs()
-		if err != nil {
-			return err
-		}
-		for _, v := range list {
-			if v.Name == rest[0] {
-				return printJSON(v)
-			}
-		}
-		return fmt.Errorf("no VM %q", rest[0])
-	case sub == "stop" && len(rest) == 1:
-		return c.StopVM(rest[0])
-	}
-	return fmt.Errorf("bad arguments %q\n%s", rest, vmUsage)
+Every command takes -run-dir DIR (before or after the command) and -h.`
+
+// vmCommands are gmigd vm's commands.
+var vmCommands = map[string]func(runDir *string, args []string) error{
+	"start": vmStart,
+	"adopt": vmAdopt,
+	"list":  vmList,
+	"show":  vmShow,
+	"stop":  vmStop,
 }
 
-func vmStart(c *hostd.Client, name string, args []string) error {
-	sf := flag.NewFlagSet("start", flag.ContinueOnError)
-	var req hostd.StartVMRequest
-	req.Name = name
-	vgpuMem := byteSize(0)
-	sf.Var(&vgpuMem, "vgpu-mem", "the vGPU's graphics memory (default 64M)")
-	ram := byteSize(512 << 20)
-	sf.Var(&ram, "mem", "guest RAM (a shared memfd)")
-	sf.IntVar(&req.QEMU.CPUs, "cpus", 1, "vCPUs")
-	sf.StringVar(&req.QEMU.Machine, "machine", "pc", "machine type: pc or q35")
-	sf.StringVar(&req.QEMU.Accel, "accel", "", "kvm or tcg (default: kvm where the CPU has hardware virtualization)")
-	sf.StringVar(&req.QEMU.Kernel, "kernel", "", "kernel to boot directly")
-	sf.StringVar(&req.QEMU.Initrd, "initrd", "", "initramfs")
-	sf.StringVar(&req.QEMU.Append, "append", "", "kernel command line")
-	if err := sf.Parse(args); err != nil {
+func cmdVM(args []string) error {
+	return subcommand("vm", vmUsage, vmCommands, args)
+}
+
+// subcommand runs one of cmds, the commands of gmigd name, with args:
+// -run-dir and -h may come before the command's name too.
+func subcommand(name, usage string, cmds map[string]func(*string, []string) error, args []string) error {
+	fs := newFlagSet(name, usage)
+	runDir := hostd.DefaultRunDir
+	runDirFlag(fs, &runDir)
+	// The flags before the command: parsing stops at its name.
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if fs.NArg() == 0 {
+		return badUsage(fs, "missing command")
+	}
+	run, ok := cmds[fs.Arg(0)]
+	if !ok {
+		return badUsage(fs, "unknown command %q", fs.Arg(0))
+	}
+	return run(&runDir, fs.Args()[1:])
+}
+
+// client is the control API client for the daemon of runDir.
+func client(runDir string) *hostd.Client {
+	return hostd.NewClient(filepath.Join(runDir, "gmigd.sock"))
+}
+
+func vmList(runDir *string, args []string) error {
+	fs := newFlagSet("vm list", "usage: gmigd vm list [-run-dir DIR]\n\nLists the daemon's VMs.")
+	runDirFlag(fs, runDir)
+	if _, err := parseN(fs, args); err != nil {
+		return err
+	}
+	list, err := client(*runDir).ListVMs()
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tKIND\tSTATE\tVGPU\tPID\tMACHINE\tACCEL\tQMP")
+	for _, v := range list {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", v.Name, v.Kind, v.State, v.VGPU, v.PID, v.Machine, dash(v.Accel), v.QMP)
+	}
+	return tw.Flush()
+}
+
+// dash is s, or "-" for an empty column.
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func vmShow(runDir *string, args []string) error {
+	fs := newFlagSet("vm show", "usage: gmigd vm show NAME [-run-dir DIR]\n\nDescribes VM NAME as JSON.")
+	runDirFlag(fs, runDir)
+	pos, err := parseN(fs, args, "NAME")
+	if err != nil {
+		return err
+	}
+	list, err := client(*runDir).ListVMs()
+	if err != nil {
+		return err
+	}
+	for _, v := range list {
+		if v.Name == pos[0] {
+			return printJSON(v)
+		}
+	}
+	return fmt.Errorf("no VM %q", pos[0])
+}
+
+func vmStop(runDir *string, args []string) error {
+	fs := newFlagSet("vm stop", "usage: gmigd vm stop NAME [-run-dir DIR]\n\nStops VM NAME: QEMU quits and the vGPU made for it is destroyed; an\nadopted VM is only released from gmigd's care.")
+	runDirFlag(fs, runDir)
+	pos, err := parseN(fs, args, "NAME")
+	if err != nil {
+		return err
+	}
+	return client(*runDir).StopVM(pos[0])
+}
+
+func vmAdopt(runDir *string, args []string) error {
+	fs := newFlagSet("vm adopt", "usage: gmigd vm adopt NAME -qmp SOCK -vgpu VGPU [-run-dir DIR]\n\nTakes a running QEMU (e.g. libvirt's) under gmigd as VM NAME.")
+	runDirFlag(fs, runDir)
+	qmpPath := fs.String("qmp", "", "the VM's QMP socket (required)")
+	vgpuName := fs.String("vgpu", "", "the vGPU on this host the VM uses as vfio-user-pci device id "+qemu.DeviceID+" (required)")
+	pos, err := parseN(fs, args, "NAME")
+	if err != nil {
+		return err
+	}
+	if *qmpPath == "" || *vgpuName == "" {
+		return badUsage(fs, "adopt needs -qmp and -vgpu")
+	}
+	info, err := client(*runDir).AdoptVM(pos[0], hostd.AdoptRequest{QMP: *qmpPath, VGPU: *vgpuName})
+	if err != nil {
+		return err
+	}
+	return printJSON(info)
+}
+
+const vmStartUsage = `usage: gmigd vm start NAME [flags] [-- EXTRA QEMU ARGS]
+
+Starts QEMU for VM NAME with a new vGPU of the same name; guest RAM is a
+shared memfd. Arguments after -- go to QEMU as they are (disks, network).`
+
+func vmStart(runDir *string, args []string) error {
+	fs := newFlagSet("vm start", vmStartUsage)
+	runDirFlag(fs, runDir)
+	var req hostd.StartVMRequest
+	vgpuMem := byteSize(vgpu.DefaultMemSize)
+	fs.Var(&vgpuMem, "vgpu-mem", "the vGPU's graphics memory (a power of two, ≥ 1M)")
+	ram := byteSize(512 << 20)
+	fs.Var(&ram, "mem", "guest RAM (a shared memfd; whole MiB)")
+	fs.IntVar(&req.QEMU.CPUs, "cpus", 1, "vCPUs")
+	fs.StringVar(&req.QEMU.Machine, "machine", "pc", "machine type: pc or q35")
+	fs.StringVar(&req.QEMU.Accel, "accel", "", "kvm or tcg (default: kvm where the CPU has hardware virtualization)")
+	fs.StringVar(&req.QEMU.Kernel, "kernel", "", "kernel to boot directly")
+	fs.StringVar(&req.QEMU.Initrd, "initrd", "", "initramfs")
+	fs.StringVar(&req.QEMU.Append, "append", "", "kernel command line")
+	pos, extra, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(pos) != 1:
+		return badUsage(fs, "want NAME, got %q (extra QEMU arguments go after --)", pos)
+	case vgpuMem == 0:
+		return badUsage(fs, "-vgpu-mem 0: want a size (e.g. 64M)")
+	case ram < 1<<20 || ram%(1<<20) != 0:
+		return badUsage(fs, "-mem %d: want whole MiB, at least 1M", uint64(ram))
+	case req.QEMU.CPUs < 1:
+		return badUsage(fs, "-cpus %d: want at least 1", req.QEMU.CPUs)
+	}
+	req.Name = pos[0]
 	req.MemSize = uint64(vgpuMem)
 	req.QEMU.MemoryMB = int(uint64(ram) >> 20)
-	req.QEMU.Extra = sf.Args() // after --: disks, network
-	for i, a := range req.QEMU.Extra {
-		if strings.HasPrefix(a, "-") {
-			break
-		}
-		return fmt.Errorf("unexpected argument %q before the extra QEMU arguments (put them after --)", req.QEMU.Extra[i])
-	}
-	info, err := c.StartVM(req)
+	req.QEMU.Extra = extra
+	info, err := client(*runDir).StartVM(req)
 	if err != nil {
 		return err
 	}
