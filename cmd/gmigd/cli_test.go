@@ -210,12 +210,20 @@ func TestFlagsAnywhere(t *testing.T) {
 // that names the socket and says what to do, not a dial error.
 func TestNoDaemonOneSentence(t *testing.T) {
 	dir := t.TempDir()
-	for _, args := range [][]string{{"vm", "list"}, {"vgpu", "show", "g"}, {"migrate", "vm1", "--to", "h:1"}} {
-		code, _, errOut := runCLI(t, append(args, "-run-dir", dir)...)
-		sock := filepath.Join(dir, "gmigd.sock")
-		if code != exitFailed || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, "no gmigd answers on "+sock) ||
+	sock := filepath.Join(dir, "gmigd.sock")
+	for _, c := range []struct {
+		cmd  string // what the message starts with
+		args []string
+	}{
+		{"gmigd vm list: ", []string{"vm", "list"}},
+		{"gmigd vgpu rm: ", []string{"vgpu", "rm", "g"}},
+		{"gmigd migrate: ", []string{"migrate", "vm1", "--to", "h:1"}},
+	} {
+		code, _, errOut := runCLI(t, append(c.args, "-run-dir", dir)...)
+		if code != exitFailed || strings.Count(errOut, "\n") != 1 || !strings.HasPrefix(errOut, c.cmd) ||
+			!strings.Contains(errOut, "no gmigd answers on "+sock) ||
 			!strings.Contains(errOut, "gmigd serve") || strings.Contains(errOut, "dial") || strings.Contains(errOut, "http") {
-			t.Errorf("gmigd %q without a daemon: exit %d, stderr %q", args, code, errOut)
+			t.Errorf("gmigd %q without a daemon: exit %d, stderr %q", c.args, code, errOut)
 		}
 	}
 }

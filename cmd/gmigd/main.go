@@ -102,6 +102,10 @@ func run(args []string) int {
 // it.
 func exitStatus(name string, err error, stderr io.Writer) int {
 	var ue *usageError
+	var se *subcommandError
+	if errors.As(err, &se) {
+		name = se.name
+	}
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return exitOK

@@ -51,8 +51,21 @@ func subcommand(name, usage string, cmds map[string]func(*string, []string) erro
 	if !ok {
 		return badUsage(fs, "unknown command %q", fs.Arg(0))
 	}
-	return run(&runDir, fs.Args()[1:])
+	if err := run(&runDir, fs.Args()[1:]); err != nil {
+		return &subcommandError{name: name + " " + fs.Arg(0), err: err}
+	}
+	return nil
 }
+
+// subcommandError names the command of gmigd vm or vgpu that failed, for
+// main's message ("gmigd vm list: ...").
+type subcommandError struct {
+	name string
+	err  error
+}
+
+func (e *subcommandError) Error() string { return e.err.Error() }
+func (e *subcommandError) Unwrap() error { return e.err }
 
 // client is the control API client for the daemon of runDir.
 func client(runDir string) *hostd.Client {
