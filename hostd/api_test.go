@@ -111,6 +111,16 @@ func TestAPIStatusCodes(t *testing.T) {
 func TestAPITimeouts(t *testing.T) {
 	h := newHost(t)
 	sock := serveTestAPI(t, h, apiTimeouts{header: time.Second, read: 200 * time.Millisecond, idle: 200 * time.Millisecond})
+	// open connects and sends req.
+	open := func(req string) (net.Conn, *bufio.Reader) {
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		fmt.Fprint(c, req)
+		return c, bufio.NewReader(c)
+	}
 	// closedByServer waits, at most far longer than the timeouts, for the
 	// server to end c.
 	closedByServer := func(c net.Conn, r *bufio.Reader) error {
@@ -123,24 +133,11 @@ func TestAPITimeouts(t *testing.T) {
 		return nil
 	}
 	// A body that never arrives in full.
-	c, err := net.Dial("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	fmt.Fprint(c, "POST /v1/vgpus HTTP/1.1\r\nHost: gmigd\r\nContent-Length: 100\r\n\r\n{\"na")
-	r := bufio.NewReader(c)
-	if err := closedByServer(c, r); err != nil {
+	if err := closedByServer(open("POST /v1/vgpus HTTP/1.1\r\nHost: gmigd\r\nContent-Length: 100\r\n\r\n{\"na")); err != nil {
 		t.Errorf("a stalled request body: %v", err)
 	}
 	// A kept-alive connection, idle after its first request.
-	c2, err := net.Dial("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c2.Close()
-	fmt.Fprint(c2, "GET /v1/vgpus HTTP/1.1\r\nHost: gmigd\r\n\r\n")
-	r2 := bufio.NewReader(c2)
+	c2, r2 := open("GET /v1/vgpus HTTP/1.1\r\nHost: gmigd\r\n\r\n")
 	resp, err := http.ReadResponse(r2, nil)
 	if err != nil {
 		t.Fatal(err)
