@@ -107,8 +107,9 @@ func NewSource(v *vgpu.VGPU, conn io.ReadWriter, opts Options) (*Source, error) 
 	}
 	w, err := stream.NewWriter(conn)
 	if err == nil {
+		spec := v.Spec()
 		err = writeMeta(w, meta{
-			Phase: phaseBegin, Name: cfg.Name, MemSize: cfg.MemSize, GTTEntries: cfg.GTTEntries,
+			Phase: phaseBegin, Name: cfg.Name, VGPU: &spec,
 			Strategy: opts.Strategy, StateEncoding: stateEncoding,
 		})
 	}
