@@ -3,14 +3,21 @@ package hostd
 import (
 	"context"
 	"encoding/binary"
+	"errors"
+	"net"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/gmig-dev/gmig/abi"
+	"github.com/gmig-dev/gmig/engine"
 	"github.com/gmig-dev/gmig/guest"
+	"github.com/gmig-dev/gmig/internal/cuda"
 	"github.com/gmig-dev/gmig/internal/migtest"
 	"github.com/gmig-dev/gmig/internal/sim"
 	"github.com/gmig-dev/gmig/internal/vgpu"
+	"github.com/gmig-dev/gmig/mmio"
+	"github.com/gmig-dev/gmig/orchestrator"
 )
 
 // scaleModule is the guest module "scale" loaded by a guest driver: u32
@@ -76,6 +83,53 @@ func (m *scaleModule) run(t *testing.T, ctx context.Context, mul, want uint32) {
 		if v := binary.LittleEndian.Uint32(got[4*i:]); v != uint32(i)*want {
 			t.Fatalf("word %d = %d, want %d", i, v, uint32(i)*want)
 		}
+	}
+}
+
+// TestLandRefusesWhatItCannotProvide: an arriving vGPU's spec this
+// gmigd cannot provide — a back end it does not know or cannot open, CAPS
+// its vGPUs do not present, guest modules on a back end without them — is
+// refused at Land with the reason, and nothing of it is kept. (It runs
+// before TestMigrateCUDAVGPU opens the model of a GPU in this process:
+// "cuda without a GPU" needs none opened.)
+func TestLandRefusesWhatItCannotProvide(t *testing.T) {
+	h := newHost(t)
+	caps := uint32(mmio.DefaultCaps)
+	via := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)}
+	for _, c := range []struct {
+		name string
+		spec vgpu.Spec
+		is   []error // one of them
+		says string
+	}{
+		{"unknown back end", vgpu.Spec{MemSize: 1 << 20, GTTEntries: 1024, Backend: "opencl", Caps: caps},
+			[]error{vgpu.ErrSpec}, `back end "opencl"`},
+		{"CAPS it does not present", vgpu.Spec{MemSize: 1 << 20, GTTEntries: 1024, Backend: vgpu.BackendSoftware, Caps: caps | 1<<31},
+			[]error{vgpu.ErrSpec}, "CAPS 0x80000007"},
+		{"guest modules on a back end without them", vgpu.Spec{MemSize: 1 << 20, GTTEntries: 1024, Backend: vgpu.BackendSoftware,
+			GuestModules: true, Caps: caps | abi.CapModules}, []error{vgpu.ErrSpec}, "guest modules need"},
+		{"cuda without a GPU", vgpu.Spec{MemSize: 1 << 20, GTTEntries: 1024, Backend: vgpu.BackendCUDA, Caps: caps},
+			[]error{cuda.ErrNoDriver, cuda.ErrNoDevice}, "cuda back end"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.spec.Backend == vgpu.BackendCUDA {
+				if _, err := engine.OpenGPU(vgpu.GPUOrdinal); err == nil {
+					t.Skip("this process has a GPU (or the model of one)")
+				}
+			}
+			_, err := h.Land(context.Background(), orchestrator.Prepare{ID: "m", Name: "vm", VGPU: c.spec, VMKind: KindSim}, via)
+			is := false
+			for _, e := range c.is {
+				is = is || errors.Is(err, e)
+			}
+			if !is || !strings.Contains(err.Error(), c.says) {
+				t.Fatalf("Land = %v, want one of %v saying %q", err, c.is, c.says)
+			}
+			t.Logf("refused: %v", err)
+			if _, err := h.Get("vm"); !errors.Is(err, ErrNotFound) || len(h.Pool().Partitions()) != 0 {
+				t.Fatalf("a refused landing kept its vGPU (%v) or partitions %v", err, h.Pool().Partitions())
+			}
+		})
 	}
 }
 
