@@ -77,7 +77,7 @@ type verdictResult struct {
 const liveBatch = stream.DefaultBatchPages
 
 // NewSource starts migrating v over conn: it sends the stream header and
-// the begin Meta (name, memory size, GTT entries, strategy), starts exact
+// the begin Meta (name, the vGPU's vgpu.Spec, strategy), starts exact
 // tracking of the engine's writes (v.ObserveWrites, held until Rollback or
 // Close; a vGPU already being migrated is refused with vgpu.ErrObserved)
 // and of its writes into guest RAM (v.ObserveGuestWrites, likewise),
