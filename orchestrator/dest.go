@@ -18,12 +18,12 @@ import (
 type Host interface {
 	// Land creates what an incoming migration needs: the vGPU p.VGPU
 	// describes (p.VGPU.Config(p.Name); the Destination refuses a landed
-	// vGPU that is not exactly it), quiesced and served on its vfio-user socket but not yet
-	// live here, and the VM p.VMKind and p.VM describe, started paused
-	// for the incoming migration and attached to that vGPU. Any refusal (a
-	// name in use, no room, a spec this host cannot provide, an unsafe VM)
-	// is an error the source is told;
-	// Land leaves nothing behind when it fails. via is this host's end of
+	// vGPU that is not exactly it), quiesced and served on its vfio-user
+	// socket but not yet live here, and the VM p.VMKind and p.VM
+	// describe, started paused for the incoming migration and attached to
+	// that vGPU. Any refusal (a name in use, no room, a spec this host
+	// cannot provide, an unsafe VM) is an error the source is told; Land
+	// leaves nothing behind when it fails. via is this host's end of
 	// the source's control connection: an address the source reaches this
 	// host at (where the VMM's incoming migration can listen).
 	Land(ctx context.Context, p Prepare, via net.Addr) (Landing, error)
