@@ -205,7 +205,11 @@ func isOurQEMU(pid int, runDir string) bool {
 // incoming, and its VM, started paused.
 func (h *Host) Land(ctx context.Context, p orchestrator.Prepare, via net.Addr) (orchestrator.Landing, error) {
 	h.metrics.migrationStarted("destination")
-	name := p.VGPU.Name
+	name := p.Name
+	cfg, err := p.VGPU.Config(name)
+	if err != nil {
+		return nil, fmt.Errorf("hostd: the arriving vGPU: %w", err)
+	}
 	// A name whose last landing is still being discarded (a migration
 	// retried at once) is taken once that is done.
 	h.lockName(name)
@@ -213,7 +217,7 @@ func (h *Host) Land(ctx context.Context, p orchestrator.Prepare, via net.Addr) (
 		h.mu.Unlock()
 		return nil, fmt.Errorf("%w: %s", ErrVMExists, name)
 	}
-	s, err := h.createLocked(vgpu.Config{Name: name, MemSize: p.VGPU.MemSize, GTTEntries: p.VGPU.GTTEntries}, stateIncoming)
+	s, err := h.createLocked(cfg, stateIncoming)
 	h.mu.Unlock()
 	if err != nil {
 		return nil, err

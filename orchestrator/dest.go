@@ -17,11 +17,13 @@ import (
 // Host is the destination gmigd as an incoming migration needs it.
 type Host interface {
 	// Land creates what an incoming migration needs: the vGPU p.VGPU
-	// describes, quiesced and served on its vfio-user socket but not yet
-	// live here, and the VM p.VMKind and p.VM describe, started paused
-	// for the incoming migration and attached to that vGPU. Any refusal (a
-	// name in use, no room, an unsafe VM) is an error the source is told;
-	// Land leaves nothing behind when it fails. via is this host's end of
+	// describes (p.VGPU.Config(p.Name); the Destination refuses a landed
+	// vGPU that is not exactly it), quiesced and served on its vfio-user
+	// socket but not yet live here, and the VM p.VMKind and p.VM
+	// describe, started paused for the incoming migration and attached to
+	// that vGPU. Any refusal (a name in use, no room, a spec this host
+	// cannot provide, an unsafe VM) is an error the source is told; Land
+	// leaves nothing behind when it fails. via is this host's end of
 	// the source's control connection: an address the source reaches this
 	// host at (where the VMM's incoming migration can listen).
 	Land(ctx context.Context, p Prepare, via net.Addr) (Landing, error)
@@ -236,7 +238,7 @@ func (in *arriving) run(ctx context.Context) error {
 	if in.prepare.ID != in.id {
 		return in.refuse(fmt.Errorf("Prepare for migration %q on the connection of %q", in.prepare.ID, in.id))
 	}
-	in.log = in.log.With().Str("vgpu", in.prepare.VGPU.Name).Str("vm_kind", in.prepare.VMKind).Logger()
+	in.log = in.log.With().Str("vgpu", in.prepare.Name).Str("vm_kind", in.prepare.VMKind).Logger()
 	dataCh := make(chan net.Conn, 1)
 	in.d.mu.Lock()
 	in.d.data[in.id] = dataCh
@@ -254,6 +256,10 @@ func (in *arriving) run(ctx context.Context) error {
 		return in.refuse(err)
 	}
 	in.landing = landing
+	if err := landing.VGPU().Is(in.prepare.VGPU); err != nil {
+		in.discard() // before the source hears: it may retry at once
+		return in.refuse(fmt.Errorf("orchestrator: the vGPU landed here: %w", err))
+	}
 	if p, ok := landing.VM().(interface{ PID() int }); ok {
 		if err := in.d.record(in.id, outcomePending, p.PID()); err != nil {
 			return in.refuse(err)

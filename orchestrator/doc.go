@@ -8,9 +8,11 @@
 // # The sequence
 //
 //	source                                   destination
-//	control connection: hello, Prepare   →   Host.Land: the vGPU (quiesced,
-//	                                         served) and the VM (paused,
-//	                                    ←    waiting for the VMM's migration)
+//	control connection: hello, Prepare   →   Host.Land: the vGPU Prepare's
+//	  (the vGPU's vgpu.Spec)                 spec describes, exactly (else
+//	                                         ready{error}), quiesced, served,
+//	                                         and the VM (paused, waiting for
+//	                                    ←    the VMM's migration)
 //	                                         ready{incoming}
 //	data connection: hello, vGPU stream  →   precopy.Receive into the vGPU
 //	  live phase (the VM runs)

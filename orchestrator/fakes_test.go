@@ -243,6 +243,9 @@ type fakeHost struct {
 	pool   *pool.Pool
 	refuse error
 	breaks destBreaks
+	// software lands every vGPU on the software back end: a Host that
+	// does not create what the spec says.
+	software bool
 
 	mu       sync.Mutex
 	lands    int
@@ -258,7 +261,14 @@ func (h *fakeHost) Land(ctx context.Context, p Prepare, via net.Addr) (Landing, 
 	if h.refuse != nil {
 		return nil, h.refuse
 	}
-	v, err := vgpu.New(vgpu.Config{Name: p.VGPU.Name, MemSize: p.VGPU.MemSize, GTTEntries: p.VGPU.GTTEntries}, h.pool, migtest.Log)
+	cfg, err := p.VGPU.Config(p.Name)
+	if err != nil {
+		return nil, err
+	}
+	if h.software {
+		cfg.Backend, cfg.GuestModules = vgpu.BackendSoftware, false
+	}
+	v, err := vgpu.New(cfg, h.pool, migtest.Log)
 	if err != nil {
 		return nil, err
 	}

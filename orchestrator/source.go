@@ -239,10 +239,9 @@ func (m *outgoing) await(v any, timeout time.Duration) error {
 // prepare opens the control connection and asks the destination for a
 // vGPU and a VM like ours; it returns where the VMM migrates to.
 func (m *outgoing) prepare(ctx context.Context) (string, error) {
-	cfg := m.VGPU.Config()
 	name := m.Name
 	if name == "" {
-		name = cfg.Name
+		name = m.VGPU.Name()
 	}
 	var err error
 	if m.ctl, err = m.dial(ctx, kindMigrate); err != nil {
@@ -250,7 +249,8 @@ func (m *outgoing) prepare(ctx context.Context) (string, error) {
 	}
 	p := Prepare{
 		ID:       m.id,
-		VGPU:     VGPUSpec{Name: name, MemSize: cfg.MemSize, GTTEntries: cfg.GTTEntries},
+		Name:     name,
+		VGPU:     m.VGPU.Spec(),
 		VMKind:   m.VMKind,
 		VM:       m.VMSpec,
 		Strategy: m.rep.Strategy,

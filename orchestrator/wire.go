@@ -8,6 +8,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/gmig-dev/gmig/internal/vgpu"
 	"github.com/gmig-dev/gmig/precopy"
 )
 
@@ -17,8 +18,8 @@ import (
 // the precopy stream after its hello.
 
 // ProtocolVersion is the version of this conversation; a peer refuses any
-// other.
-const ProtocolVersion = 1
+// other. Version 2: Prepare carries the vGPU's whole vgpu.Spec.
+const ProtocolVersion = 2
 
 // maxMessage bounds one control message (a VM spec is a command line).
 const maxMessage = 1 << 20
@@ -36,18 +37,15 @@ type hello struct {
 	ID      string `json:"id"`
 }
 
-// VGPUSpec is what the destination needs to create the incoming vGPU.
-type VGPUSpec struct {
-	Name       string `json:"name"`
-	MemSize    uint64 `json:"mem_size"`
-	GTTEntries uint32 `json:"gtt_entries"`
-}
-
 // Prepare is what a source asks of the destination: a vGPU like its own,
 // and a VM like its own, paused, waiting for the migration.
 type Prepare struct {
-	ID   string   `json:"id"`
-	VGPU VGPUSpec `json:"vgpu"`
+	ID string `json:"id"`
+	// Name is the vGPU's name at the destination; VGPU is what it is
+	// (size, GTT, back end, guest modules, the CAPS its guest saw), which
+	// the destination provides exactly or refuses.
+	Name string    `json:"name"`
+	VGPU vgpu.Spec `json:"vgpu"`
 	// VMKind names the VMM ("qemu", "sim"); VM is its own description of
 	// the VM (for QEMU its configuration), opaque to the orchestrator.
 	VMKind   string           `json:"vm_kind"`

@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gmig-dev/gmig/abi"
+	"github.com/gmig-dev/gmig/internal/vgpu"
+	"github.com/gmig-dev/gmig/mmio"
 	"github.com/gmig-dev/gmig/precopy"
 )
 
@@ -21,8 +24,10 @@ func wireSamples() []any {
 	return []any{
 		&hello{Version: ProtocolVersion, Kind: kindMigrate, ID: "0123456789abcdef"},
 		&Prepare{
-			ID:     "0123456789abcdef",
-			VGPU:   VGPUSpec{Name: "vm", MemSize: 64 << 20, GTTEntries: 4096},
+			ID:   "0123456789abcdef",
+			Name: "vm",
+			VGPU: vgpu.Spec{MemSize: 64 << 20, GTTEntries: 4096, Backend: vgpu.BackendCUDA, GuestModules: true,
+				Caps: mmio.DefaultCaps | abi.CapModules},
 			VMKind: "qemu", VM: json.RawMessage(`{"args":["-m","1G"],"name":"vm"}`),
 			Strategy: precopy.Iterative,
 		},

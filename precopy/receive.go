@@ -172,17 +172,18 @@ func (d *dest) begin(r *stream.Reader) error {
 	if d.rep.Strategy, err = ParseStrategy(string(m.Strategy)); err != nil {
 		return err
 	}
-	cfg := d.v.Config()
-	if cfg.MemSize != m.MemSize || cfg.GTTEntries != m.GTTEntries {
-		return fmt.Errorf("precopy: source vGPU has %d bytes and %d GTT entries, destination vGPU %d and %d",
-			m.MemSize, m.GTTEntries, cfg.MemSize, cfg.GTTEntries)
+	if m.VGPU == nil {
+		return errors.New("precopy: the begin Meta does not describe the source's vGPU (a gmigd before the vGPU spec crossed)")
 	}
-	d.log = d.log.With().Str("vgpu", cfg.Name).Str("strategy", string(d.rep.Strategy)).Logger()
+	if err := d.v.Is(*m.VGPU); err != nil {
+		return fmt.Errorf("precopy: the source's vGPU: %w", err)
+	}
+	d.log = d.log.With().Str("vgpu", d.v.Name()).Str("strategy", string(d.rep.Strategy)).Logger()
 	if err := populate(d.v.Memory(), true); err != nil {
 		d.log.Warn().Err(err).Msg("populating the destination partition; pages fault in as they arrive")
 	}
 	v := d.v
-	d.log.Info().Str("source_name", m.Name).Uint64("mem_size", m.MemSize).
+	d.log.Info().Str("source_name", m.Name).Uint64("mem_size", m.VGPU.MemSize).Str("backend", m.VGPU.Backend).
 		Uint64("pool_offset", v.Partition().Offset).Msg("migration incoming")
 	return nil
 }

@@ -77,7 +77,7 @@ type verdictResult struct {
 const liveBatch = stream.DefaultBatchPages
 
 // NewSource starts migrating v over conn: it sends the stream header and
-// the begin Meta (name, memory size, GTT entries, strategy), starts exact
+// the begin Meta (name, the vGPU's vgpu.Spec, strategy), starts exact
 // tracking of the engine's writes (v.ObserveWrites, held until Rollback or
 // Close; a vGPU already being migrated is refused with vgpu.ErrObserved)
 // and of its writes into guest RAM (v.ObserveGuestWrites, likewise),
@@ -107,8 +107,9 @@ func NewSource(v *vgpu.VGPU, conn io.ReadWriter, opts Options) (*Source, error) 
 	}
 	w, err := stream.NewWriter(conn)
 	if err == nil {
+		spec := v.Spec()
 		err = writeMeta(w, meta{
-			Phase: phaseBegin, Name: cfg.Name, MemSize: cfg.MemSize, GTTEntries: cfg.GTTEntries,
+			Phase: phaseBegin, Name: cfg.Name, VGPU: &spec,
 			Strategy: opts.Strategy, StateEncoding: stateEncoding,
 		})
 	}

@@ -39,11 +39,10 @@ type meta struct {
 	Phase string `json:"phase"`
 
 	// begin
-	Name          string   `json:"name,omitempty"`
-	MemSize       uint64   `json:"mem_size,omitempty"`
-	GTTEntries    uint32   `json:"gtt_entries,omitempty"`
-	Strategy      Strategy `json:"strategy,omitempty"`
-	StateEncoding string   `json:"state_encoding,omitempty"`
+	Name          string     `json:"name,omitempty"`
+	VGPU          *vgpu.Spec `json:"vgpu,omitempty"` // the source's vGPU, which the destination's must be
+	Strategy      Strategy   `json:"strategy,omitempty"`
+	StateEncoding string     `json:"state_encoding,omitempty"`
 
 	// summary: the source's report so far; verdict: the destination's.
 	Report *Report `json:"report,omitempty"`

@@ -34,12 +34,7 @@ func NewPool(t testing.TB, size uint64) *pool.Pool {
 // NewVGPU creates a vGPU of mem bytes in p, closed at the end of the test.
 func NewVGPU(t testing.TB, p *pool.Pool, name string, mem uint64) *vgpu.VGPU {
 	t.Helper()
-	v, err := vgpu.New(vgpu.Config{Name: name, MemSize: mem}, p, Log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { v.Close() })
-	return v
+	return NewVGPUConfig(t, p, vgpu.Config{Name: name, MemSize: mem})
 }
 
 // Quiesced reports whether v's engine is quiesced (Save needs it).

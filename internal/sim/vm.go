@@ -86,6 +86,10 @@ func StartVM(socket string, seed int64, wcfg guest.WorkloadConfig, opts Options)
 // Workload returns the VM's workload (for step counts and op statistics).
 func (vm *VM) Workload() *guest.Workload { return vm.w }
 
+// Driver returns the VM's guest driver, for work of a test's own while
+// the workload does not run (it follows the VM when it moves).
+func (vm *VM) Driver() *guest.Driver { return vm.d }
+
 // Run runs the workload for steps steps on the calling goroutine, stopping
 // at the gate while the VM is paused.
 func (vm *VM) Run(ctx context.Context, steps int) error {

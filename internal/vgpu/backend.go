@@ -3,7 +3,6 @@ package vgpu
 import (
 	"fmt"
 
-	"github.com/gmig-dev/gmig/abi"
 	"github.com/gmig-dev/gmig/engine"
 	"github.com/gmig-dev/gmig/internal/pool"
 )
@@ -36,14 +35,14 @@ func (c Config) backendDefaults() (Config, error) {
 }
 
 // newBackend makes the vGPU's back end over its partition of the pool
-// mapping mem, and returns the CAPS bits it adds.
-func (v *VGPU) newBackend(mem []byte, part pool.Partition) (engine.Backend, uint32, error) {
+// mapping mem (the CAPS bits it adds are Config.caps's).
+func (v *VGPU) newBackend(mem []byte, part pool.Partition) (engine.Backend, error) {
 	if v.cfg.Backend != BackendCUDA {
-		return engine.NewSoftware(mem), 0, nil
+		return engine.NewSoftware(mem), nil
 	}
 	g, err := engine.OpenGPU(GPUOrdinal)
 	if err != nil {
-		return nil, 0, fmt.Errorf("vgpu %s: %s back end: %w", v.cfg.Name, BackendCUDA, err)
+		return nil, fmt.Errorf("vgpu %s: %s back end: %w", v.cfg.Name, BackendCUDA, err)
 	}
 	b, err := engine.NewNVIDIA(engine.NVIDIAConfig{
 		GPU:       g,
@@ -53,14 +52,10 @@ func (v *VGPU) newBackend(mem []byte, part pool.Partition) (engine.Backend, uint
 		Log:       v.log,
 	})
 	if err != nil {
-		return nil, 0, fmt.Errorf("vgpu %s: %s back end: %w", v.cfg.Name, BackendCUDA, err)
+		return nil, fmt.Errorf("vgpu %s: %s back end: %w", v.cfg.Name, BackendCUDA, err)
 	}
 	v.gpu = b
-	var caps uint32
-	if v.cfg.GuestModules {
-		caps |= abi.CapModules
-	}
-	return b, caps, nil
+	return b, nil
 }
 
 // closeBackend releases the CUDA back end's device memory and unlocks the

@@ -10,21 +10,26 @@ import (
 	"github.com/gmig-dev/gmig/mmio"
 )
 
-// StateVersion is the version of State; a changed layout gets a new number
-// and a new type, and Restore refuses versions it does not know.
-const StateVersion = 1
+// StateVersion is the version of State; a changed layout gets a new number,
+// and Restore refuses versions it does not know. Version 2 holds the vGPU's
+// whole Spec where version 1 had only its memory size and GTT entries;
+// version 1 is refused (stateV1): it cannot say which back end and CAPS the
+// guest had.
+const StateVersion = 2
+
+// stateV1 is the version State had before it held the Spec.
+const stateV1 = 1
 
 // State is a vGPU's whole non-memory state as plain data: no fds, no memory,
 // no host offsets. Graphics memory is the partition's bytes and travels
 // separately.
 type State struct {
-	Version    uint32
-	MemSize    uint64
-	GTTEntries uint32
-	PCI        pci.State
-	Regs       mmio.State
-	GTT        gtt.State
-	Engine     engine.State
+	Version uint32
+	Spec    Spec // the vGPU this is the state of
+	PCI     pci.State
+	Regs    mmio.State
+	GTT     gtt.State
+	Engine  engine.State
 }
 
 // ErrState reports a State that cannot be restored here.
@@ -44,25 +49,28 @@ func (v *VGPU) Save() (State, error) {
 		return State{}, fmt.Errorf("vgpu %s: saving engine: %w", v.cfg.Name, err)
 	}
 	return State{
-		Version:    StateVersion,
-		MemSize:    v.cfg.MemSize,
-		GTTEntries: v.cfg.GTTEntries,
-		PCI:        v.pci.Save(),
-		Regs:       v.regs.Save(),
-		GTT:        v.gtt.Save(),
-		Engine:     es,
+		Version: StateVersion,
+		Spec:    v.Spec(),
+		PCI:     v.pci.Save(),
+		Regs:    v.regs.Save(),
+		GTT:     v.gtt.Save(),
+		Engine:  es,
 	}, nil
 }
 
 // Restore replaces this vGPU's state with s. The vGPU must be quiesced; it
 // stays quiesced. A state that does not fit is refused and nothing changes.
 func (v *VGPU) Restore(s State) error {
-	switch {
-	case s.Version != StateVersion:
+	switch s.Version {
+	case StateVersion:
+	case stateV1:
+		return fmt.Errorf("%w: version %d, want %d: a version %d state does not say the vGPU's back end and CAPS (both ends must run a gmig of state version %d)",
+			ErrState, s.Version, StateVersion, stateV1, StateVersion)
+	default:
 		return fmt.Errorf("%w: version %d, want %d", ErrState, s.Version, StateVersion)
-	case s.MemSize != v.cfg.MemSize || s.GTTEntries != v.cfg.GTTEntries:
-		return fmt.Errorf("%w: state for %d bytes and %d GTT entries, vGPU has %d and %d",
-			ErrState, s.MemSize, s.GTTEntries, v.cfg.MemSize, v.cfg.GTTEntries)
+	}
+	if err := v.Is(s.Spec); err != nil {
+		return fmt.Errorf("%w: %w", ErrState, err)
 	}
 	// Check every part before changing any.
 	oldGTT := v.gtt.Save()

@@ -28,7 +28,10 @@ const (
 	MinMemSize     = 1 << 20
 )
 
-// Config names and sizes a vGPU.
+// Config names a vGPU, says what it is and hooks it up. What it is (size,
+// GTT, back end, guest modules) is a Spec's fields: VGPU.Spec gives them,
+// defaults applied and with the CAPS they make; Spec.Config turns a Spec
+// back into a Config.
 type Config struct {
 	Name       string // for logs and the control API
 	MemSize    uint64 // graphics memory bytes: a power of two ≥ MinMemSize (default DefaultMemSize)
@@ -144,7 +147,7 @@ func build(cfg Config, p *pool.Pool, part pool.Partition, log zerolog.Logger) (*
 	if v.gtt, err = gtt.New(cfg.GTTEntries, part.Offset, part.Pages()); err != nil {
 		return nil, fmt.Errorf("vgpu %s: GTT: %w", cfg.Name, err)
 	}
-	be, caps, err := v.newBackend(p.Mem(), part)
+	be, err := v.newBackend(p.Mem(), part)
 	if err != nil {
 		return nil, err
 	}
@@ -158,7 +161,7 @@ func build(cfg Config, p *pool.Pool, part pool.Partition, log zerolog.Logger) (*
 	})
 	v.regs = mmio.New(mmio.Config{
 		MemSize:   cfg.MemSize,
-		Caps:      caps,
+		Caps:      cfg.caps() &^ mmio.DefaultCaps,
 		Engine:    v.eng,
 		GTT:       v.gtt,
 		Notify:    v.deliver,

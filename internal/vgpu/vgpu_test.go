@@ -206,7 +206,10 @@ func TestRestoreRefusesMismatch(t *testing.T) {
 	}
 	bad := []func(*State){
 		func(s *State) { s.Version = 99 },
-		func(s *State) { s.MemSize = 2 << 20 },
+		func(s *State) { s.Version = 1 },
+		func(s *State) { s.Spec.MemSize = 2 << 20 },
+		func(s *State) { s.Spec.Backend = BackendCUDA },
+		func(s *State) { s.Spec.Caps |= abi.CapModules },
 		func(s *State) { s.GTT.Entries = s.GTT.Entries[:3] },
 		func(s *State) {
 			s.GTT.Entries = append([]uint64(nil), s.GTT.Entries...)
