@@ -56,11 +56,11 @@ func (m *migrationTLS) transport(log zerolog.Logger, listening bool) (orchestrat
 		return nil, err
 	}
 	ev := log.Info()
-	if time.Until(t.Leaf.NotAfter) < 30*24*time.Hour {
+	if time.Until(t.Leaf().NotAfter) < 30*24*time.Hour {
 		ev = log.Warn()
 	}
-	ev.Str("cert", m.cert).Str("subject", t.Leaf.Subject.String()).Strs("dns", t.Leaf.DNSNames).
-		Time("not_after", t.Leaf.NotAfter).Str("ca", m.ca).Msg("migrations use mutual TLS")
+	ev.Str("cert", m.cert).Str("subject", t.Leaf().Subject.String()).Strs("dns", t.Leaf().DNSNames).
+		Time("not_after", t.Leaf().NotAfter).Str("ca", m.ca).Msg("migrations use mutual TLS")
 	return t, nil
 }
 

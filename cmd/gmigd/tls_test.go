@@ -41,8 +41,8 @@ func TestCertsCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(tr.Leaf.DNSNames, " "); got != "b b.example localhost" || len(tr.Leaf.IPAddresses) != 3 {
-		t.Fatalf("b's names: %s %v", got, tr.Leaf.IPAddresses)
+	if got := strings.Join(tr.Leaf().DNSNames, " "); got != "b b.example localhost" || len(tr.Leaf().IPAddresses) != 3 {
+		t.Fatalf("b's names: %s %v", got, tr.Leaf().IPAddresses)
 	}
 	run()
 	if again, _ := os.ReadFile(filepath.Join(dir, "ca.pem")); !bytes.Equal(ca, again) {

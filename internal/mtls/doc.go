@@ -27,6 +27,12 @@
 // fingerprint): "migration peer authenticated" on success, "migration peer
 // refused" with the reason on failure. Nothing secret is ever logged.
 //
+// Reload reads the certificate, key and CA bundle again (gmigd does on
+// SIGHUP): connections made afterwards, through listeners already open
+// too, use the new ones; connections already made keep theirs. Unusable
+// files fail the reload with Load's checks and leave the old identity in
+// place.
+//
 // # Test certificates
 //
 // EnsureCA, CA.WriteHost and Ensure make an ECDSA P-256 CA and host

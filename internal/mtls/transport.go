@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -52,13 +53,23 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// Transport is the orchestrator's Transport over mutual TLS 1.3.
+// Transport is the orchestrator's Transport over mutual TLS 1.3. Reload
+// replaces its certificate and CA bundle: connections made after it use
+// the new ones, connections already made keep theirs.
 type Transport struct {
-	server, client *tls.Config
-	opts           Options
-	// Leaf is this host's own certificate.
-	Leaf *x509.Certificate
+	cur  atomic.Pointer[identity]
+	opts Options
 }
+
+// identity is one certificate and CA bundle as the two sides' TLS
+// configurations; Reload swaps it whole.
+type identity struct {
+	server, client *tls.Config
+	leaf           *x509.Certificate
+}
+
+// Leaf returns this host's own certificate (the one Reload last loaded).
+func (t *Transport) Leaf() *x509.Certificate { return t.cur.Load().leaf }
 
 // Load reads f (this host's certificate and key, the CA bundle) and
 // returns a Transport that presents that certificate and accepts peers
@@ -67,6 +78,30 @@ type Transport struct {
 // configuration that can only fail later fails now. A key file readable by
 // others than its owner is logged as a warning (the path and mode only).
 func Load(f Files, o Options) (*Transport, error) {
+	o = o.withDefaults()
+	id, err := loadIdentity(f, o)
+	if err != nil {
+		return nil, err
+	}
+	t := &Transport{opts: o}
+	t.cur.Store(id)
+	return t, nil
+}
+
+// Reload reads f again, with Load's checks, and makes it the identity of
+// every later Dial and handshake of t's listeners; connections already
+// made keep theirs. On error t is unchanged.
+func (t *Transport) Reload(f Files) error {
+	id, err := loadIdentity(f, t.opts)
+	if err != nil {
+		return err
+	}
+	t.cur.Store(id)
+	return nil
+}
+
+// loadIdentity is Load's reading and checking of f.
+func loadIdentity(f Files, o Options) (*identity, error) {
 	if f.Cert == "" || f.Key == "" || f.CA == "" {
 		return nil, fmt.Errorf("%w: want a certificate, a key and a CA bundle", ErrConfig)
 	}
@@ -87,12 +122,24 @@ func Load(f Files, o Options) (*Transport, error) {
 	if !roots.AppendCertsFromPEM(bundle) {
 		return nil, fmt.Errorf("%w: %s holds no PEM certificate", ErrConfig, f.CA)
 	}
-	return New(cert, roots, o)
+	return newIdentity(cert, roots, o)
 }
 
 // New returns a Transport presenting cert and trusting roots; see Load.
 func New(cert tls.Certificate, roots *x509.CertPool, o Options) (*Transport, error) {
 	o = o.withDefaults()
+	id, err := newIdentity(cert, roots, o)
+	if err != nil {
+		return nil, err
+	}
+	t := &Transport{opts: o}
+	t.cur.Store(id)
+	return t, nil
+}
+
+// newIdentity checks cert against roots (New's checks) and builds the two
+// TLS configurations.
+func newIdentity(cert tls.Certificate, roots *x509.CertPool, o Options) (*identity, error) {
 	leaf := cert.Leaf
 	if leaf == nil && len(cert.Certificate) > 0 {
 		var err error
@@ -135,7 +182,7 @@ func New(cert tls.Certificate, roots *x509.CertPool, o Options) (*Transport, err
 	// issuer is not among the CAs the server names, and the server would
 	// only say that none came).
 	client.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return own, nil }
-	return &Transport{server: server, client: client, opts: o, Leaf: leaf}, nil
+	return &identity{server: server, client: client, leaf: leaf}, nil
 }
 
 func usageName(u x509.ExtKeyUsage) string {
@@ -158,7 +205,7 @@ func (t *Transport) Dial(ctx context.Context, addr string) (net.Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mtls: connecting to %s: %w", addr, err)
 	}
-	cfg := t.client
+	cfg := t.cur.Load().client
 	if host, _, err := net.SplitHostPort(addr); err == nil {
 		cfg = cfg.Clone()
 		cfg.ServerName = host
@@ -181,5 +228,10 @@ func (t *Transport) Listen(addr string) (net.Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mtls: listening on %s: %w", addr, err)
 	}
-	return newListener(l, t.server, t.opts), nil
+	// Each handshake takes the identity current when the peer's hello
+	// arrives, so a Reload reaches a listener that is already open.
+	cfg := &tls.Config{GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+		return t.cur.Load().server, nil
+	}}
+	return newListener(l, cfg, t.opts), nil
 }
