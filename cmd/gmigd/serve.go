@@ -15,6 +15,7 @@ import (
 	"github.com/gmig-dev/gmig/hostd"
 	"github.com/gmig-dev/gmig/hostd/qemu"
 	"github.com/gmig-dev/gmig/internal/bytesize"
+	"github.com/gmig-dev/gmig/internal/sdnotify"
 	"github.com/gmig-dev/gmig/internal/vgpu"
 )
 
@@ -48,7 +49,8 @@ const serveUsage = `usage: gmigd serve [flags]
 
 Runs the daemon: the graphics-memory pool, vGPUs and their vfio-user
 sockets, the control API on RUN-DIR/gmigd.sock and, with -migrate-listen,
-incoming migrations. SIGINT or SIGTERM shuts it down.`
+incoming migrations. SIGINT or SIGTERM shuts it down; SIGHUP reloads the
+migration certificates. -config FILE reads these flags from FILE.`
 
 func cmdServe(args []string) error {
 	fs := newFlagSet("serve", serveUsage)
@@ -65,7 +67,11 @@ func cmdServe(args []string) error {
 	mig.register(fs)
 	var tos migrationTimeouts
 	tos.register(fs)
+	config := registerConfig(fs)
 	if _, err := parseN(fs, args); err != nil {
+		return err
+	}
+	if err := applyConfig(fs, *config); err != nil {
 		return err
 	}
 	if poolSize == 0 {
@@ -101,6 +107,7 @@ func cmdServe(args []string) error {
 	}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return h.ServeAPI(ctx, l) })
+	g.Go(func() error { return watchHUP(ctx, log, mig.reloader(transport)) })
 	if *migrateListen != "" {
 		ml, err := h.ListenMigrations(*migrateListen)
 		if err != nil {
@@ -114,6 +121,9 @@ func cmdServe(args []string) error {
 	if *metricsAddr != "" {
 		g.Go(func() error { return h.ServeMetrics(ctx, *metricsAddr) })
 	}
+	notify(log, sdnotify.Ready) // the control socket and the migration listener accept
+	<-ctx.Done()
+	notify(log, sdnotify.Stopping)
 	err = g.Wait()
 	if errors.Is(err, context.Canceled) {
 		err = nil
