@@ -86,4 +86,3 @@ func Apply(fs *flag.FlagSet, path string, skip ...string) error {
 	}
 	return nil
 }
-
