@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/gmig-dev/gmig/dirty"
@@ -22,10 +24,18 @@ type metrics struct {
 	once       sync.Once // the vGPU collector, registered on first use
 	reg        *prometheus.Registry
 	migrations *prometheus.CounterVec // by role and result
-	downtime   prometheus.Gauge
-	guestGap   prometheus.Gauge
+	inFlight   *prometheus.GaugeVec   // outgoing migrations by phase
+	downtime   prometheus.Histogram
+	guestGap   prometheus.Histogram
 	stopPages  *prometheus.GaugeVec // by dirty source
 }
+
+// downtimeBuckets are the downtime histograms' upper bounds in seconds:
+// 1 ms doubling to 16.384 s (15 buckets), so that the range a live
+// migration's pause spans — a few ms with an idle guest (QEMU's own
+// switchover, docs/benchmarks.md) to the seconds of a stop-and-copy of
+// GiBs — falls inside with at most a factor of two per bucket.
+var downtimeBuckets = prometheus.ExponentialBuckets(0.001, 2, 15)
 
 func newMetrics() *metrics {
 	m := &metrics{
@@ -34,21 +44,104 @@ func newMetrics() *metrics {
 			Name: "gmig_migrations_total",
 			Help: "Migrations by role (source, destination) and result (started, ok, rolled_back, not_resumed, outcome_unknown, failed).",
 		}, []string{"role", "result"}),
-		downtime: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "gmig_last_downtime_seconds",
-			Help: "The last successful outgoing migration's downtime, pause to resume on the host clocks.",
+		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gmig_migrations_in_flight",
+			Help: "Outgoing migrations in progress, by the orchestrator's phase (prepare, vgpu-precopy, vmm-precopy, stop, switchover, commit, done, rollback).",
+		}, []string{"phase"}),
+		downtime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "gmig_migration_downtime_seconds",
+			Help:    "Successful outgoing migrations' downtime, pause to resume on the host clocks.",
+			Buckets: downtimeBuckets,
 		}),
-		guestGap: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "gmig_last_guest_gap_seconds",
-			Help: "The last successful outgoing migration's guest-observed downtime (largest heartbeat gap).",
+		guestGap: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "gmig_migration_guest_gap_seconds",
+			Help:    "Successful outgoing migrations' guest-observed downtime (largest heartbeat gap; only migrations whose guest beats).",
+			Buckets: downtimeBuckets,
 		}),
 		stopPages: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "gmig_last_stop_dirty_pages",
 			Help: "Dirty graphics pages sent with the VM paused in the last successful outgoing migration, by how they were found.",
 		}, []string{"source"}),
 	}
-	m.reg.MustRegister(m.migrations, m.downtime, m.guestGap, m.stopPages)
+	m.reg.MustRegister(m.migrations, m.inFlight, m.downtime, m.guestGap, m.stopPages, buildInfo(),
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// buildInfo is gmig_build_info: always 1, labelled with the module's
+// version, the VCS revision it was built from (with "-dirty" when the
+// tree had changes) and the Go version, as the binary records them
+// (runtime/debug.ReadBuildInfo; "unknown" where it has none, as in tests).
+func buildInfo() prometheus.Collector {
+	version, revision, goVersion := "unknown", "unknown", "unknown"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		goVersion = bi.GoVersion
+		if bi.Main.Version != "" {
+			version = bi.Main.Version
+		}
+		dirty := ""
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				revision = s.Value
+			case "vcs.modified":
+				if s.Value == "true" {
+					dirty = "-dirty"
+				}
+			}
+		}
+		if revision != "unknown" {
+			revision += dirty
+		}
+	}
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "gmig_build_info",
+		Help:        "The gmigd binary: version, VCS revision and Go version (always 1).",
+		ConstLabels: prometheus.Labels{"version": version, "revision": revision, "go_version": goVersion},
+	})
+	g.Set(1)
+	return g
+}
+
+// phaseTracker counts one outgoing migration in gmig_migrations_in_flight
+// under the phase its progress last reported, from start to end.
+type phaseTracker struct {
+	g     *prometheus.GaugeVec
+	mu    sync.Mutex
+	phase string // "" once ended
+}
+
+// trackPhases counts a migration that starts now (phase prepare).
+func (m *metrics) trackPhases() *phaseTracker {
+	m.inFlight.WithLabelValues(orchestrator.PhasePrepare).Inc()
+	return &phaseTracker{g: m.inFlight, phase: orchestrator.PhasePrepare}
+}
+
+// progress moves the migration to p's phase; it wraps next, the caller's
+// own progress callback (nil: none).
+func (t *phaseTracker) progress(next func(orchestrator.Progress)) func(orchestrator.Progress) {
+	return func(p orchestrator.Progress) {
+		t.mu.Lock()
+		if t.phase != "" && p.Phase != "" && p.Phase != t.phase {
+			t.g.WithLabelValues(t.phase).Dec()
+			t.g.WithLabelValues(p.Phase).Inc()
+			t.phase = p.Phase
+		}
+		t.mu.Unlock()
+		if next != nil {
+			next(p)
+		}
+	}
+}
+
+// end stops counting the migration.
+func (t *phaseTracker) end() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.phase != "" {
+		t.g.WithLabelValues(t.phase).Dec()
+		t.phase = ""
+	}
 }
 
 func (m *metrics) migrationStarted(role string) {
@@ -72,8 +165,10 @@ func (m *metrics) migrationEnded(role string, rep orchestrator.Report, err error
 	if err != nil || role != "source" {
 		return
 	}
-	m.downtime.Set(rep.Downtime.Seconds())
-	m.guestGap.Set(rep.GuestGap.Seconds())
+	m.downtime.Observe(rep.Downtime.Seconds())
+	if rep.GuestGap > 0 {
+		m.guestGap.Observe(rep.GuestGap.Seconds())
+	}
 	for s, n := range rep.Precopy.Stop.BySource {
 		m.stopPages.WithLabelValues(dirty.Source(s).String()).Set(float64(n))
 	}

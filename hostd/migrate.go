@@ -49,13 +49,15 @@ func (h *Host) MigrateVM(ctx context.Context, name, peer string, opts MigrateOpt
 		return orchestrator.Report{}, err
 	}
 	h.metrics.migrationStarted("source")
+	phases := h.metrics.trackPhases()
 	rep, err := orchestrator.Migrate(ctx, orchestrator.Source{
 		VGPU: s.v, VM: vm, Beats: s.beats, Peer: peer, Transport: h.cfg.Transport,
 		VMKind: kind, VMSpec: spec, Name: r.vgpu,
-		Precopy: opts.Precopy, Timeouts: h.cfg.Timeouts, Progress: opts.Progress,
+		Precopy: opts.Precopy, Timeouts: h.cfg.Timeouts, Progress: phases.progress(opts.Progress),
 		OnResolved: func(runsThere bool) { h.resolved(name, runsThere) },
 		Log:        h.log.With().Str("vm", name).Logger(),
 	})
+	phases.end()
 	switch {
 	case err == nil:
 		h.metrics.migrationEnded("source", rep, nil)

@@ -364,9 +364,11 @@ func TestMigrateFailureKeepsSource(t *testing.T) {
 	}
 }
 
-// TestMetrics: after a migration the source's metrics count it and carry
-// its downtime and stop pages, the destination's count its arrival, and
-// every vGPU's counters are there.
+// TestMetrics: while a migration runs the source counts it in flight under
+// its phase; after it, the source's metrics count it, put its downtime in
+// the histogram and carry its stop pages, nothing is in flight, the
+// destination's count its arrival, and every vGPU's counters, the build
+// info and the Go and process collectors are there.
 func TestMetrics(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -374,7 +376,17 @@ func TestMetrics(t *testing.T) {
 	a, b := newMigHost(t, ctx, sims, true), newMigHost(t, ctx, sims, false)
 	vm, _, done := startSimVM(t, ctx, a, sims, 4<<20)
 	defer vm.Close()
-	rep, err := a.MigrateVM(ctx, "vm", b.addr, MigrateOptions{Progress: midWorkload(t, ctx, vm, 60)})
+	var during []string // scrapes at each phase change, from the progress callback
+	mid := midWorkload(t, ctx, vm, 60)
+	last := ""
+	progress := func(p orchestrator.Progress) {
+		if p.Phase != last {
+			last = p.Phase
+			during = append(during, p.Phase+"\n"+scrape(t, a.Host))
+		}
+		mid(p)
+	}
+	rep, err := a.MigrateVM(ctx, "vm", b.addr, MigrateOptions{Progress: progress})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -383,24 +395,42 @@ func TestMetrics(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	scrape := func(h *Host) string {
-		rec := httptest.NewRecorder()
-		h.MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
-		if rec.Code != http.StatusOK {
-			t.Fatalf("metrics: status %d", rec.Code)
-		}
-		return rec.Body.String()
+	if len(during) < 3 {
+		t.Fatalf("phases seen: %d", len(during))
 	}
-	src, dst := scrape(a.Host), scrape(b.Host)
+	for _, d := range during {
+		phase, text, _ := strings.Cut(d, "\n")
+		if want := fmt.Sprintf("gmig_migrations_in_flight{phase=%q} 1", phase); !strings.Contains(text, want) {
+			t.Errorf("in phase %s the metrics lack %q:\n%s", phase, want, text)
+		}
+	}
+	src, dst := scrape(t, a.Host), scrape(t, b.Host)
+	bucket := "+Inf"
+	for _, le := range downtimeBuckets {
+		if rep.Downtime.Seconds() <= le {
+			bucket = fmt.Sprint(le)
+			break
+		}
+	}
 	for _, want := range []string{
 		`gmig_migrations_total{result="started",role="source"} 1`,
 		`gmig_migrations_total{result="ok",role="source"} 1`,
-		fmt.Sprintf("gmig_last_downtime_seconds %g", rep.Downtime.Seconds()),
+		"gmig_migration_downtime_seconds_count 1",
+		fmt.Sprintf("gmig_migration_downtime_seconds_sum %g", rep.Downtime.Seconds()),
+		fmt.Sprintf("gmig_migration_downtime_seconds_bucket{le=%q} 1", bucket),
 		`gmig_last_stop_dirty_pages{source="engine"}`,
 		`gmig_vgpu_faults_total{vgpu="filler"} 0`,
+		`gmig_build_info{go_version="go`,
+		"go_goroutines ",
+		"process_open_fds ",
 	} {
 		if !strings.Contains(src, want) {
 			t.Errorf("source metrics lack %q:\n%s", want, src)
+		}
+	}
+	for _, phase := range []string{orchestrator.PhasePrepare, orchestrator.PhaseStop, orchestrator.PhaseDone} {
+		if want := fmt.Sprintf("gmig_migrations_in_flight{phase=%q} 0", phase); !strings.Contains(src, want) {
+			t.Errorf("after the migration the source metrics lack %q", want)
 		}
 	}
 	for _, want := range []string{
@@ -411,4 +441,14 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("destination metrics lack %q:\n%s", want, dst)
 		}
 	}
+}
+
+// scrape returns h's metrics as Prometheus serves them.
+func scrape(t *testing.T, h *Host) string {
+	rec := httptest.NewRecorder()
+	h.MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("metrics: status %d", rec.Code)
+	}
+	return rec.Body.String()
 }
