@@ -16,15 +16,21 @@
 //	irq.go           IRQTable: eventfds, INTx auto-mask, MSI
 //	migration.go     the migration v2 FSM: MigState, arcs, NextHop
 //	migration_server.go  DEVICE_FEATURE, MIG_DATA_READ/WRITE for a Migrator
-//	client.go        Client (migration_client.go: its migration methods)
+//	dmalog.go        DMALog and the DMA logging features for a DMALogger
+//	                 (wire_dmalog.go: their structs)
+//	client.go        Client (migration_client.go, dmalog_client.go: its
+//	                 migration and DMA logging methods)
 //
 // Commands served: VERSION, DMA_MAP, DMA_UNMAP, DEVICE_GET_INFO,
 // DEVICE_GET_REGION_INFO, DEVICE_GET_IRQ_INFO, DEVICE_SET_IRQS, REGION_READ,
 // REGION_WRITE (posted too), DEVICE_RESET, REGION_WRITE_MULTI, and, when the
 // Device is also a Migrator, DEVICE_FEATURE (MIGRATION, MIG_DEVICE_STATE,
-// MIG_DATA_SIZE; the DMA logging features answer ENOTSUP) with MIG_DATA_READ
-// and MIG_DATA_WRITE. Anything else, DEVICE_GET_REGION_IO_FDS included, and
-// the migration commands for a device that does not migrate, get ENOTSUP.
+// MIG_DATA_SIZE) with MIG_DATA_READ and MIG_DATA_WRITE; when it is a
+// DMALogger, DEVICE_FEATURE's DMA_LOGGING_START, _STOP and _REPORT, answered
+// from the pages the device marked in its DMALog (4 KiB granularity, the
+// report clearing what it returns; logging stops when its client leaves).
+// Anything else, DEVICE_GET_REGION_IO_FDS included, and the migration
+// commands for a device that does not migrate, get ENOTSUP.
 //
 // # Migration
 //

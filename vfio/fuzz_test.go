@@ -124,7 +124,22 @@ func serverMessageSeeds() [][]byte {
 		msg(22, CmdMigDataWrite, append(MigDataMsg{Argsz: MigDataSize + 4, Size: 4}.Append(nil), 1, 2, 3, 4)),
 		msg(23, CmdDeviceFeature, migState(MigStateRunning)),
 		msg(24, CmdDeviceFeature, DeviceFeatureMsg{Argsz: 16, Flags: DeviceFeatureGet | FeatureMigDeviceState}.Append(nil)),
+		msg(25, CmdDeviceFeature, dmaLogStart(DMALoggingRange{IOVA: 0x10000, Length: 0x1000})),
+		msg(26, CmdDeviceFeature, DMALoggingReport{IOVA: 0x10000, Length: 0x1000, PageSize: 4096}.Append(
+			DeviceFeatureMsg{Argsz: DeviceFeatureSize + DMALoggingReportSize + 8, Flags: DeviceFeatureGet | FeatureDMALoggingRep}.Append(nil))),
+		msg(27, CmdDeviceFeature, DeviceFeatureMsg{Argsz: DeviceFeatureSize, Flags: DeviceFeatureSet | FeatureDMALoggingStop}.Append(nil)),
 	}
+}
+
+// dmaLogStart is a DEVICE_FEATURE SET DMA_LOGGING_START payload.
+func dmaLogStart(ranges ...DMALoggingRange) []byte {
+	b := DeviceFeatureMsg{Argsz: uint32(DeviceFeatureSize + DMALoggingControlSize + len(ranges)*DMALoggingRangeSize),
+		Flags: DeviceFeatureSet | FeatureDMALoggingStart}.Append(nil)
+	b = DMALoggingControl{PageSize: 4096, NumRanges: uint32(len(ranges))}.Append(b)
+	for _, r := range ranges {
+		b = r.Append(b)
+	}
+	return b
 }
 
 // migState is a DEVICE_FEATURE SET MIG_DEVICE_STATE payload.
@@ -135,7 +150,8 @@ func migState(s MigState) []byte {
 
 // FuzzServerMessage feeds arbitrary bytes to a server's request loop (the
 // first byte's bit 0 says whether VERSION is already negotiated, bit 1
-// whether the device is the plain fake or a fresh migrating one). The loop
+// whether the device is the plain fake or a fresh migrating one, bit 2
+// whether it is instead a fresh one with a DMA log). The loop
 // must not panic and must end when the input does.
 func FuzzServerMessage(f *testing.F) {
 	seeds := serverMessageSeeds()
@@ -145,6 +161,7 @@ func FuzzServerMessage(f *testing.F) {
 	}
 	f.Add(append([]byte{0}, bytes.Join(seeds, nil)...))
 	f.Add(append([]byte{2}, bytes.Join(seeds, nil)...))
+	f.Add(append([]byte{7}, bytes.Join(seeds, nil)...))
 	plain := newFakeDevice(f)
 	blob := migrationBlob(10 << 10)
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -155,6 +172,9 @@ func FuzzServerMessage(f *testing.F) {
 		var dev Device = plain
 		if b0&2 == 0 {
 			dev = newFakeMigrator(plain, MigrationStopCopy|MigrationPreCopy, blob, 1000)
+		}
+		if b0&4 != 0 {
+			dev = &fakeLogger{fakeDevice: plain}
 		}
 		cli, srvConn := socketPair(t)
 		defer cli.Close()

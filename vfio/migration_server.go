@@ -119,9 +119,10 @@ type deviceFeature struct {
 	set  func(mg *migration, data []byte) error
 }
 
-// deviceFeatures is the feature table. The DMA logging features are absent:
-// the device tracks its own dirty memory (by hashing), so they and any
-// unknown feature answer ENOTSUP, to a PROBE as well.
+// deviceFeatures is the feature table of the migration features. The DMA
+// logging features are answered by handleDMALogging (dmalog.go) for a
+// device that logs its DMA; any other feature answers ENOTSUP, to a PROBE
+// as well.
 var deviceFeatures = map[uint32]deviceFeature{
 	FeatureMigration: {ops: DeviceFeatureGet, size: MigrationFeatSize,
 		get: func(mg *migration) []byte { return MigrationFeature{Flags: mg.flags}.Append(nil) }},
@@ -150,9 +151,8 @@ var deviceFeatures = map[uint32]deviceFeature{
 // supports every operation named with it; a SET with the request payload
 // once done; a GET with the data appended and argsz set to the whole.
 func handleDeviceFeature(s *session, m *message) ([]byte, []*os.File, error) {
-	mg := s.srv.mig
-	if mg == nil {
-		return nil, nil, fmt.Errorf("%w: device does not migrate", ErrUnsupported)
+	if _, logs := s.srv.dev.(DMALogger); s.srv.mig == nil && !logs {
+		return nil, nil, fmt.Errorf("%w: device neither migrates nor logs its DMA", ErrUnsupported)
 	}
 	req, err := decodeArgsz(m, DecodeDeviceFeatureMsg, func(v DeviceFeatureMsg) uint32 { return v.Argsz }, DeviceFeatureSize)
 	if err != nil {
@@ -169,6 +169,14 @@ func handleDeviceFeature(s *session, m *message) ([]byte, []*os.File, error) {
 		return nil, nil, fmt.Errorf("%w: device feature GET and SET together", ErrInvalid)
 	}
 	index := req.Flags & DeviceFeatureMask
+	if dmaLogFeature(index) {
+		frame, err := handleDMALogging(s, m, req, getSet)
+		return frame, nil, err
+	}
+	mg := s.srv.mig
+	if mg == nil {
+		return nil, nil, fmt.Errorf("%w: device does not migrate", ErrUnsupported)
+	}
 	f, ok := deviceFeatures[index]
 	if !ok {
 		return nil, nil, fmt.Errorf("%w: device feature %d", ErrUnsupported, index)

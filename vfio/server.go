@@ -145,6 +145,9 @@ func (s *Server) serveHeld(ctx context.Context, c *net.UnixConn) error {
 	err := sess.run()
 	s.dma.UnmapAll()
 	s.irqs.Close()
+	if dl, ok := s.dev.(DMALogger); ok && dl.DMALog().stop() {
+		log.Info().Msg("dma logging stopped: its client left")
+	}
 	var te *timeoutError
 	switch {
 	case ctx.Err() != nil:

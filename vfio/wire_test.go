@@ -57,6 +57,12 @@ var wireCases = []struct {
 		func(b []byte) (any, error) { return DecodeMigStateFeature(b) }},
 	{"MigDataSizeFeature", MigDataSizeFeatSz, MigDataSizeFeature{StopCopyLength: 1 << 33},
 		func(b []byte) (any, error) { return DecodeMigDataSizeFeature(b) }},
+	{"DMALoggingControl", DMALoggingControlSize, DMALoggingControl{PageSize: 4096, NumRanges: 2},
+		func(b []byte) (any, error) { return DecodeDMALoggingControl(b) }},
+	{"DMALoggingRange", DMALoggingRangeSize, DMALoggingRange{IOVA: 1 << 32, Length: 1 << 30},
+		func(b []byte) (any, error) { return DecodeDMALoggingRange(b) }},
+	{"DMALoggingReport", DMALoggingReportSize, DMALoggingReport{IOVA: 0x100000, Length: 1 << 20, PageSize: 4096},
+		func(b []byte) (any, error) { return DecodeDMALoggingReport(b) }},
 }
 
 // TestWireSizes checks each struct against the size the specification's
