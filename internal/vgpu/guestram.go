@@ -10,21 +10,33 @@ import (
 // DMA_FROM_GFX writes it), through the client's DMA table. Its writes can
 // be observed: the VMM's own live migration tracks the guest CPU's writes
 // to RAM, not the device's, so a migration must carry the pages the
-// engine wrote (precopy, "guest RAM the device wrote").
+// engine wrote (precopy, "guest RAM the device wrote"), or the VMM asks
+// for them through the vfio-user DMA logging features (log).
 type guestRAM struct {
 	dma  *vfio.DMATable
 	hook atomic.Pointer[func(gpa, n uint64)]
+	log  vfio.DMALog // marked with every write, while the client logs
 }
 
 func (r *guestRAM) ReadAt(p []byte, gpa uint64) error { return r.dma.ReadAt(p, gpa) }
 
 func (r *guestRAM) WriteAt(p []byte, gpa uint64) error {
 	err := r.dma.WriteAt(p, gpa)
+	// Marked even when the write failed part-way: a page reported that
+	// was not written costs a page resent; one written and not reported
+	// would arrive stale.
+	r.log.Mark(gpa, uint64(len(p)))
 	if f := r.hook.Load(); f != nil && err == nil {
 		(*f)(gpa, uint64(len(p)))
 	}
 	return err
 }
+
+// DMALog implements vfio.DMALogger: the engine's writes into guest RAM
+// (the exact ranges of its DMA_FROM_GFX commands) answer a VMM that logs
+// the device's DMA for its own live migration (docs/device-abi.md,
+// "Migration through vfio-user").
+func (v *VGPU) DMALog() *vfio.DMALog { return &v.ram.log }
 
 // ObserveGuestWrites makes the engine report every guest-RAM range it
 // writes (DMA addresses, as the guest gave them) to f, until
