@@ -34,8 +34,8 @@ func (r *guestRAM) WriteAt(p []byte, gpa uint64) error {
 
 // DMALog implements vfio.DMALogger: the engine's writes into guest RAM
 // (the exact ranges of its DMA_FROM_GFX commands) answer a VMM that logs
-// the device's DMA for its own live migration (docs/device-abi.md,
-// "Migration through vfio-user").
+// the device's DMA for its own live migration (docs/migration-protocol.md,
+// §8).
 func (v *VGPU) DMALog() *vfio.DMALog { return &v.ram.log }
 
 // ObserveGuestWrites makes the engine report every guest-RAM range it
