@@ -190,8 +190,12 @@ func (h *Host) launch(ctx context.Context, name string, spec qemu.Spec, socket s
 		return nil, fmt.Errorf("hostd: VM console: %w", err)
 	}
 	var serial io.Writer = con
+	scope := ""
+	if qemu.UseScopes() {
+		scope = qemu.ScopeUnit(name)
+	}
 	q, err := qemu.Start(ctx, qemu.Config{
-		Spec: spec, Root: h.cfg.QEMURoot, VfioUser: socket, RunDir: dir, Serial: serial, Incoming: incoming,
+		Spec: spec, Root: h.cfg.QEMURoot, VfioUser: socket, RunDir: dir, Serial: serial, Incoming: incoming, Scope: scope,
 	})
 	if err != nil {
 		con.Close()

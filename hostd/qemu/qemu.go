@@ -120,6 +120,9 @@ type Config struct {
 	// Incoming starts the VM waiting for a migration (-incoming defer),
 	// paused until `cont`; Incoming.Listen sets where it listens.
 	Incoming bool
+	// Scope, if set, is the transient systemd scope unit QEMU runs in
+	// (scope.go; UseScopes says when, ScopeUnit names it).
+	Scope string
 }
 
 // Errors about a VM's configuration.
@@ -354,7 +357,10 @@ func Start(ctx context.Context, c Config) (*VM, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := c.Root.Command(context.Background(), args...)
+	cmd, err := scoped(c.Root.Command(context.Background(), args...), c.Scope)
+	if err != nil {
+		return nil, err
+	}
 	// A gmigd that dies does not signal QEMU (its own process group), but
 	// its vGPU's device model dies with it and QEMU 11.1.3's vfio-user
 	// client aborts once the guest uses the device (migration-protocol.md
