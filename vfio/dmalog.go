@@ -1,6 +1,7 @@
 package vfio
 
 import (
+	"cmp"
 	"fmt"
 	"math/bits"
 	"slices"
@@ -89,15 +90,7 @@ func (l *DMALog) Logging() bool { return l.on.Load() }
 // start begins logging ranges (none: everything), with no page marked.
 func (l *DMALog) start(ranges []DMALoggingRange) error {
 	rs := slices.Clone(ranges)
-	slices.SortFunc(rs, func(a, b DMALoggingRange) int {
-		switch {
-		case a.IOVA < b.IOVA:
-			return -1
-		case a.IOVA > b.IOVA:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(rs, func(a, b DMALoggingRange) int { return cmp.Compare(a.IOVA, b.IOVA) })
 	for i, r := range rs {
 		switch {
 		case r.Length == 0:
@@ -133,9 +126,9 @@ func (l *DMALog) stop() bool {
 // (a power of two, at least DMALogPageSize) and clears the marks of the
 // pages wholly inside it (linux/vfio.h: "During querying the log is
 // cleared for the IOVA range"); a page the range only partly covers stays
-// marked for the report of its other part. words bounds the bitmap (E2BIG
-// beyond).
-func (l *DMALog) report(iova, length, pageSize uint64, maxWords uint64) ([]uint64, error) {
+// marked for the report of its other part. The bitmap has at most
+// maxWords u64 words (E2BIG beyond).
+func (l *DMALog) report(iova, length, pageSize, maxWords uint64) ([]uint64, error) {
 	switch {
 	case length == 0:
 		return nil, fmt.Errorf("%w: dma logging report of length 0", ErrInvalid)
