@@ -100,7 +100,7 @@ func (o *Outgoing) WaitPaused(ctx context.Context) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, err
 	}
-	stop, err := o.VM.events.wait(ctx, o.mark, func(x Event) bool { return x.Name == "STOP" && x.Seq < e.Seq })
+	stop, err := o.VM.waitEvent(ctx, o.mark, func(x Event) bool { return x.Name == "STOP" && x.Seq < e.Seq })
 	if err != nil {
 		return time.Time{}, fmt.Errorf("qemu: no STOP event before pre-switchover: %w", err)
 	}
@@ -133,7 +133,7 @@ func (o *Outgoing) waitStatus(ctx context.Context, want string) (Event, error) {
 	o.mu.Lock()
 	mark := o.mark
 	o.mu.Unlock()
-	e, err := o.VM.events.wait(ctx, mark, func(x Event) bool {
+	e, err := o.VM.waitEvent(ctx, mark, func(x Event) bool {
 		if x.Name != "MIGRATION" {
 			return false
 		}
@@ -176,7 +176,7 @@ func (o *Outgoing) Resume(ctx context.Context) error {
 			if _, err := vm.QMP("migrate_cancel", nil); err != nil {
 				return err
 			}
-			if _, err := vm.events.wait(ctx, mark, func(x Event) bool {
+			if _, err := vm.waitEvent(ctx, mark, func(x Event) bool {
 				st, _ := x.Data["status"].(string)
 				return x.Name == "MIGRATION" && (st == "cancelled" || st == "failed" || st == "completed")
 			}); err != nil {
@@ -300,7 +300,7 @@ func (in *Incoming) WaitLoaded(ctx context.Context) error {
 		case "failed", "cancelled":
 			return fmt.Errorf("qemu: incoming migration %s: %s", p.Status, vm.migrationError())
 		}
-		if _, err := vm.events.wait(ctx, mark, func(x Event) bool { return x.Name == "MIGRATION" }); err != nil {
+		if _, err := vm.waitEvent(ctx, mark, func(x Event) bool { return x.Name == "MIGRATION" }); err != nil {
 			return fmt.Errorf("qemu: waiting for the incoming migration: %w", err)
 		}
 	}
@@ -319,7 +319,7 @@ func (in *Incoming) Resume(ctx context.Context) (time.Time, error) {
 	if _, err := vm.QMP("cont", nil); err != nil {
 		return time.Time{}, err
 	}
-	e, err := vm.events.wait(ctx, mark, func(x Event) bool { return x.Name == "RESUME" })
+	e, err := vm.waitEvent(ctx, mark, func(x Event) bool { return x.Name == "RESUME" })
 	if err != nil {
 		if errors.Is(err, ErrGone) {
 			return time.Time{}, err
