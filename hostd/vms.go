@@ -192,6 +192,9 @@ func (h *Host) launch(ctx context.Context, name string, spec qemu.Spec, socket s
 	})
 	if err != nil {
 		con.Close()
+		// QEMU makes its QMP socket before it can fail: a socket left
+		// would make a restarted gmigd report a VM that never ran.
+		h.forgetVMFiles(dir)
 		return nil, err
 	}
 	return &vmRec{
