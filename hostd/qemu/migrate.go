@@ -48,7 +48,7 @@ type Outgoing struct {
 	// (0: DefaultMaxBandwidth).
 	MaxBandwidth uint64
 	// DowntimeLimit is QEMU's downtime-limit: the longest stop QEMU's RAM
-	// convergence aims at (0: DefaultDowntimeLimit).
+	// convergence aims at (0 or less: DefaultDowntimeLimit).
 	DowntimeLimit time.Duration
 
 	mu      sync.Mutex
@@ -87,9 +87,13 @@ func (o *Outgoing) Migrate(ctx context.Context, target string) error {
 // query-migrate-parameters and capabilities equal a fresh QEMU's but for
 // events), so every source is told the same.
 func (o *Outgoing) parameters() map[string]any {
+	limit := o.DowntimeLimit
+	if limit <= 0 {
+		limit = DefaultDowntimeLimit
+	}
 	return map[string]any{
 		"max-bandwidth":  cmp.Or(o.MaxBandwidth, DefaultMaxBandwidth),
-		"downtime-limit": max(cmp.Or(o.DowntimeLimit, DefaultDowntimeLimit).Milliseconds(), 1),
+		"downtime-limit": max(limit.Milliseconds(), 1), // QEMU takes whole milliseconds, 1 the least
 	}
 }
 

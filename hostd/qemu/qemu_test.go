@@ -155,6 +155,7 @@ func TestOutgoingParameters(t *testing.T) {
 		{0, 0, DefaultMaxBandwidth, 20},
 		{1 << 20, 150 * time.Millisecond, 1 << 20, 150},
 		{0, time.Microsecond, DefaultMaxBandwidth, 1},
+		{0, -time.Second, DefaultMaxBandwidth, 20},
 	} {
 		p := (&Outgoing{MaxBandwidth: c.bw, DowntimeLimit: c.limit}).parameters()
 		if p["max-bandwidth"] != c.wantBW || p["downtime-limit"] != c.wantDown {
