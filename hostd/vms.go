@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -115,7 +114,7 @@ func (h *Host) watchExit(r *vmRec) {
 		h.mu.Unlock()
 		if own {
 			err := r.q.Wait(context.Background())
-			h.log.Warn().Str("vm", r.name).Int("pid", r.q.PID()).AnErr("exit", err).
+			h.log.Warn().Str("vm", r.name).Int("pid", r.q.PID()).AnErr("exit", err).Strs("qemu_stderr", r.q.LastOutput()).
 				Msg("the VM's QEMU ended on its own: listed as " + vmExited + " (gmigd vm stop forgets it)")
 		}
 	}()
@@ -185,20 +184,22 @@ func (h *Host) launch(ctx context.Context, name string, spec qemu.Spec, socket s
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("hostd: VM directory: %w", err)
 	}
-	con, err := os.OpenFile(filepath.Join(dir, "console.log"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o640)
+	con, err := openConsole(dir, name, incoming)
 	if err != nil {
-		return nil, fmt.Errorf("hostd: VM console: %w", err)
+		return nil, err
 	}
-	var serial io.Writer = con
 	scope := ""
 	if qemu.UseScopes() {
 		scope = qemu.ScopeUnit(name)
 	}
 	q, err := qemu.Start(ctx, qemu.Config{
-		Spec: spec, Root: h.cfg.QEMURoot, VfioUser: socket, RunDir: dir, Serial: serial, Incoming: incoming, Scope: scope,
+		Spec: spec, Root: h.cfg.QEMURoot, VfioUser: socket, RunDir: dir, Serial: con, Incoming: incoming, Scope: scope,
 	})
 	if err != nil {
 		con.Close()
+		// QEMU makes its QMP socket before it can fail: a socket left
+		// would make a restarted gmigd report a VM that never ran.
+		h.forgetVMFiles(dir)
 		return nil, err
 	}
 	return &vmRec{
@@ -206,6 +207,31 @@ func (h *Host) launch(ctx context.Context, name string, spec qemu.Spec, socket s
 		qmpPath: filepath.Join(dir, "qmp.sock"), console: con,
 	}, nil
 }
+
+// openConsole opens VM name's console log in dir for a QEMU about to
+// start, appending: a VM that comes back to a host it left (a migration
+// there and back, a failed landing before) keeps what its earlier QEMUs
+// here wrote. Each QEMU's part begins with a marker line saying when and
+// how it started.
+func openConsole(dir, name string, incoming bool) (*os.File, error) {
+	con, err := os.OpenFile(filepath.Join(dir, "console.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+	if err != nil {
+		return nil, fmt.Errorf("hostd: VM console: %w", err)
+	}
+	how := "started"
+	if incoming {
+		how = "waiting for an incoming migration"
+	}
+	if _, err := fmt.Fprintf(con, "%s VM %s: QEMU %s at %s\n", ConsoleMarker, name, how, time.Now().UTC().Format(time.RFC3339Nano)); err != nil {
+		con.Close()
+		return nil, fmt.Errorf("hostd: VM console: %w", err)
+	}
+	return con, nil
+}
+
+// ConsoleMarker begins the line gmigd writes into a VM's console log
+// before each QEMU it starts for the VM.
+const ConsoleMarker = "--- gmigd:"
 
 // AdoptVM takes a QEMU started by someone else (libvirt) under gmigd, by
 // its QMP socket: vgpuName is the vGPU on this host it uses, as the

@@ -44,7 +44,7 @@ func cmdMigrate(args []string) error {
 	strategy := fs.String("strategy", string(precopy.OneShot), "vGPU pre-copy strategy: oneshot, iterative or stopcopy")
 	bgRate := fs.Int("background-rate", 0, "oneshot: background re-hash budget in pages/s while QEMU pre-copies RAM (0: off)")
 	maxBW := fs.Uint64("max-bandwidth-mb", 0, "QEMU's RAM migration bandwidth cap in MiB/s (0: 10 GiB/s)")
-	downtime := fs.Duration("downtime-limit", 0, "QEMU's downtime target for its RAM convergence (0: QEMU's 300ms)")
+	downtime := fs.Duration("downtime-limit", 0, "QEMU's downtime target for its RAM convergence (0: gmigd's 20ms; QEMU's own is 300ms)")
 	jsonOut := fs.Bool("json", false, "progress and the report as JSON lines")
 	pos, err := parseN(fs, args, "VM")
 	if err != nil {

@@ -86,3 +86,13 @@ func (l *events) wait(ctx context.Context, since uint64, match func(Event) bool)
 		}
 	}
 }
+
+// waitEvent is events.wait for the VM: a wait that ends because QEMU did
+// says how it ended.
+func (vm *VM) waitEvent(ctx context.Context, since uint64, match func(Event) bool) (Event, error) {
+	e, err := vm.events.wait(ctx, since, match)
+	if errors.Is(err, ErrGone) {
+		err = vm.ended(err, exitGrace)
+	}
+	return e, err
+}

@@ -27,6 +27,19 @@ import (
 // links, far below what a dedicated migration link carries.
 const DefaultMaxBandwidth = 10 << 30 // bytes/s
 
+// DefaultDowntimeLimit is the downtime-limit gmigd gives QEMU unless told
+// otherwise. QEMU stops the VM for its switchover once its dirty RAM fits
+// downtime-limit at the bandwidth it measured over the last 100 ms. With
+// QEMU's own 300 ms that threshold swallowed everything the guest dirtied
+// during the first pass (4-20 MiB, one pass on every hop under TCG), and it
+// grew on a source QEMU that had itself loaded a migration: the load
+// leaves its shared-memfd RAM fully populated (RssShmem 525 MB against 135
+// MB on a freshly booted one), its first pass runs faster, QEMU measures a
+// higher bandwidth (1.1-1.7 Gbit/s against 0.3-0.9) and stops at once with
+// more RAM to send while the VM is paused. 20 ms keeps that remainder small
+// on every hop (docs/operator-guide.md, "QEMU's RAM at the stop").
+const DefaultDowntimeLimit = 20 * time.Millisecond
+
 // Outgoing is a VM at a migration's source, as the orchestrator drives it
 // (orchestrator.SourceVM).
 type Outgoing struct {
@@ -35,7 +48,7 @@ type Outgoing struct {
 	// (0: DefaultMaxBandwidth).
 	MaxBandwidth uint64
 	// DowntimeLimit is QEMU's downtime-limit: the longest stop QEMU's RAM
-	// convergence aims at (0: QEMU's own default, 300 ms).
+	// convergence aims at (0 or less: DefaultDowntimeLimit).
 	DowntimeLimit time.Duration
 
 	mu      sync.Mutex
@@ -56,11 +69,7 @@ func (o *Outgoing) Migrate(ctx context.Context, target string) error {
 	if _, err := vm.QMP("migrate-set-capabilities", map[string]any{"capabilities": caps}); err != nil {
 		return err
 	}
-	params := map[string]any{"max-bandwidth": cmp.Or(o.MaxBandwidth, DefaultMaxBandwidth)}
-	if o.DowntimeLimit > 0 {
-		params["downtime-limit"] = o.DowntimeLimit.Milliseconds()
-	}
-	if _, err := vm.QMP("migrate-set-parameters", params); err != nil {
+	if _, err := vm.QMP("migrate-set-parameters", o.parameters()); err != nil {
 		return err
 	}
 	o.mu.Lock()
@@ -72,6 +81,22 @@ func (o *Outgoing) Migrate(ctx context.Context, target string) error {
 	return nil
 }
 
+// parameters are QEMU's migrate-set-parameters for this migration: gmigd's
+// defaults where the operator set nothing. A source QEMU that was itself
+// a destination keeps no parameter of that load (measured: its
+// query-migrate-parameters and capabilities equal a fresh QEMU's but for
+// events), so every source is told the same.
+func (o *Outgoing) parameters() map[string]any {
+	limit := o.DowntimeLimit
+	if limit <= 0 {
+		limit = DefaultDowntimeLimit
+	}
+	return map[string]any{
+		"max-bandwidth":  cmp.Or(o.MaxBandwidth, DefaultMaxBandwidth),
+		"downtime-limit": max(limit.Milliseconds(), 1), // QEMU takes whole milliseconds, 1 the least
+	}
+}
+
 // WaitPaused waits for QEMU to stop the VM before its switchover and
 // returns the time of QEMU's STOP event.
 func (o *Outgoing) WaitPaused(ctx context.Context) (time.Time, error) {
@@ -79,7 +104,7 @@ func (o *Outgoing) WaitPaused(ctx context.Context) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, err
 	}
-	stop, err := o.VM.events.wait(ctx, o.mark, func(x Event) bool { return x.Name == "STOP" && x.Seq < e.Seq })
+	stop, err := o.VM.waitEvent(ctx, o.mark, func(x Event) bool { return x.Name == "STOP" && x.Seq < e.Seq })
 	if err != nil {
 		return time.Time{}, fmt.Errorf("qemu: no STOP event before pre-switchover: %w", err)
 	}
@@ -112,7 +137,7 @@ func (o *Outgoing) waitStatus(ctx context.Context, want string) (Event, error) {
 	o.mu.Lock()
 	mark := o.mark
 	o.mu.Unlock()
-	e, err := o.VM.events.wait(ctx, mark, func(x Event) bool {
+	e, err := o.VM.waitEvent(ctx, mark, func(x Event) bool {
 		if x.Name != "MIGRATION" {
 			return false
 		}
@@ -155,7 +180,7 @@ func (o *Outgoing) Resume(ctx context.Context) error {
 			if _, err := vm.QMP("migrate_cancel", nil); err != nil {
 				return err
 			}
-			if _, err := vm.events.wait(ctx, mark, func(x Event) bool {
+			if _, err := vm.waitEvent(ctx, mark, func(x Event) bool {
 				st, _ := x.Data["status"].(string)
 				return x.Name == "MIGRATION" && (st == "cancelled" || st == "failed" || st == "completed")
 			}); err != nil {
@@ -279,7 +304,7 @@ func (in *Incoming) WaitLoaded(ctx context.Context) error {
 		case "failed", "cancelled":
 			return fmt.Errorf("qemu: incoming migration %s: %s", p.Status, vm.migrationError())
 		}
-		if _, err := vm.events.wait(ctx, mark, func(x Event) bool { return x.Name == "MIGRATION" }); err != nil {
+		if _, err := vm.waitEvent(ctx, mark, func(x Event) bool { return x.Name == "MIGRATION" }); err != nil {
 			return fmt.Errorf("qemu: waiting for the incoming migration: %w", err)
 		}
 	}
@@ -298,7 +323,7 @@ func (in *Incoming) Resume(ctx context.Context) (time.Time, error) {
 	if _, err := vm.QMP("cont", nil); err != nil {
 		return time.Time{}, err
 	}
-	e, err := vm.events.wait(ctx, mark, func(x Event) bool { return x.Name == "RESUME" })
+	e, err := vm.waitEvent(ctx, mark, func(x Event) bool { return x.Name == "RESUME" })
 	if err != nil {
 		if errors.Is(err, ErrGone) {
 			return time.Time{}, err

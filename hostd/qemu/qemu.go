@@ -28,6 +28,9 @@ var (
 	ErrNoRoot       = errors.New("qemu: QEMU root not provisioned")
 	ErrNoKVM        = errors.New("qemu: /dev/kvm not usable")
 	ErrSharedMemory = errors.New("qemu: guest RAM must be a shared memfd backend (memory-backend-memfd,share=on)")
+	// ErrExitedEarly: QEMU ended before its monitor answered (a bad
+	// option, missing firmware); the error quotes its last stderr lines.
+	ErrExitedEarly = errors.New("qemu: exited before QMP was up")
 )
 
 // Root is a directory holding a Debian root with qemu-system-x86 installed.
@@ -329,6 +332,7 @@ type VM struct {
 	qmpMu  sync.Mutex // guards qmp, which closeQMP clears
 	qmp    *qmp.SocketMonitor
 	events *events
+	stderr *lastLines // nil when adopted
 	done   chan struct{}
 	err    error
 }
@@ -368,14 +372,15 @@ func Start(ctx context.Context, c Config) (*VM, error) {
 	// paused and never runs the VM without the commit; a restarted gmigd
 	// ends it, and reports the VMs its last run left (hostd.recoverVMs).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Stdout, cmd.Stderr = c.Serial, c.Serial
+	vm := &VM{cfg: c, cmd: cmd, events: newEvents(), stderr: &lastLines{}, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = c.Serial, vm.stderrTo(c.Serial)
 	if cmd.Stdout == nil {
-		cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
+		cmd.Stdout = io.Discard
 	}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("qemu: starting: %w", err)
 	}
-	vm := &VM{cfg: c, cmd: cmd, pid: cmd.Process.Pid, events: newEvents(), done: make(chan struct{})}
+	vm.pid = cmd.Process.Pid
 	go func() {
 		vm.err = cmd.Wait()
 		close(vm.done)
@@ -409,7 +414,7 @@ func (vm *VM) connectQMP(ctx context.Context, path string) error {
 		}
 		select {
 		case <-vm.done:
-			return fmt.Errorf("qemu: exited before QMP was up: %v", vm.err)
+			return fmt.Errorf("%w (%s)", ErrExitedEarly, vm.exitReason())
 		case <-ctx.Done():
 			return fmt.Errorf("qemu: waiting for QMP: %w", ctx.Err())
 		case <-tick.C:
@@ -432,11 +437,15 @@ func (vm *VM) QMP(command string, arguments any) (json.RawMessage, error) {
 	mon := vm.qmp
 	vm.qmpMu.Unlock()
 	if mon == nil {
-		return nil, fmt.Errorf("qemu: %s: %w", command, ErrGone)
+		return nil, vm.ended(fmt.Errorf("qemu: %s: %w", command, ErrGone), 0)
 	}
 	raw, err := mon.Run(b)
 	if err != nil {
-		return nil, fmt.Errorf("qemu: %s: %w", command, err)
+		err = fmt.Errorf("qemu: %s: %w", command, err)
+		if connectionLost(err) {
+			return nil, vm.ended(err, exitGrace)
+		}
+		return nil, err
 	}
 	var resp struct {
 		Return json.RawMessage `json:"return"`

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gmig-dev/gmig/internal/apilog"
 )
@@ -138,6 +139,27 @@ func TestMSIEnables(t *testing.T) {
 		w := apilog.Entry{Kind: apilog.ConfigWrite, Offset: c.off, Size: c.size, Arg: c.arg}
 		if got := msiEnables(w); got != c.want {
 			t.Errorf("msiEnables(%#x/%d = %#x) = %v", c.off, c.size, c.arg, got)
+		}
+	}
+}
+
+// TestOutgoingParameters: every source QEMU gets gmigd's bandwidth and
+// downtime target unless the operator set them, never QEMU's own 300 ms.
+func TestOutgoingParameters(t *testing.T) {
+	for _, c := range []struct {
+		bw       uint64
+		limit    time.Duration
+		wantBW   uint64
+		wantDown int64
+	}{
+		{0, 0, DefaultMaxBandwidth, 20},
+		{1 << 20, 150 * time.Millisecond, 1 << 20, 150},
+		{0, time.Microsecond, DefaultMaxBandwidth, 1},
+		{0, -time.Second, DefaultMaxBandwidth, 20},
+	} {
+		p := (&Outgoing{MaxBandwidth: c.bw, DowntimeLimit: c.limit}).parameters()
+		if p["max-bandwidth"] != c.wantBW || p["downtime-limit"] != c.wantDown {
+			t.Errorf("bandwidth %d limit %v: parameters %v, want max-bandwidth %d downtime-limit %d", c.bw, c.limit, p, c.wantBW, c.wantDown)
 		}
 	}
 }
