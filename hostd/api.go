@@ -150,7 +150,8 @@ func writeError(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, ErrNotFound), errors.Is(err, ErrNoVM):
 		code = http.StatusNotFound
-	case errors.Is(err, ErrExists), errors.Is(err, ErrVMExists), errors.Is(err, ErrVMState):
+	case errors.Is(err, ErrExists), errors.Is(err, ErrVMExists), errors.Is(err, ErrVMState),
+		errors.Is(err, ErrSocketInUse):
 		code = http.StatusConflict
 	case errors.Is(err, ErrName), errors.Is(err, vgpu.ErrConfig), errors.Is(err, errBadRequest),
 		errors.Is(err, qemu.ErrMachine), errors.Is(err, qemu.ErrSharedMemory), errors.Is(err, qemu.ErrAdopt),
@@ -164,25 +165,24 @@ func writeError(w http.ResponseWriter, err error) {
 	writeJSON(w, code, map[string]string{"error": err.Error()})
 }
 
-// ListenAPI opens the control socket at path, replacing a stale one. The
-// socket is 0600 and owned by this process's user whatever the umask: it
-// is bound inside a private (0700) directory, made 0600 there and only
-// then renamed into place, so no other user can connect at any moment. It
-// is checked after the rename; closing the listener removes it.
+// ListenAPI opens the control socket at path, replacing a stale one (one
+// no server answers on; a live one is ErrSocketInUse). The socket is 0600
+// and owned by this process's user whatever the umask (bindSocket), so no
+// other user can connect at any moment; closing the listener removes it.
 func (h *Host) ListenAPI(path string) (net.Listener, error) {
-	if err := removeStaleSocket(path); err != nil {
+	if _, err := removeStaleSocket(path); err != nil {
 		return nil, err
 	}
 	if fi, err := os.Stat(filepath.Dir(path)); err == nil && fi.Mode().Perm()&0o002 != 0 {
 		h.log.Warn().Str("dir", filepath.Dir(path)).Str("mode", fi.Mode().Perm().String()).
 			Msg("the control socket's directory is writable by all users: another user could replace the socket")
 	}
-	l, err := listenPrivate(path)
+	l, fi, err := bindSocket(path, controlSocketMode)
 	if err != nil {
 		return nil, fmt.Errorf("hostd: control socket: %w", err)
 	}
 	h.log.Info().Str("socket", path).Str("mode", "0600").Msg("control API listening")
-	return l, nil
+	return &privateListener{UnixListener: l, path: path, fi: fi}, nil
 }
 
 // apiTimeouts bound how long the control API waits on a client.

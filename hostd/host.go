@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -32,8 +31,11 @@ const (
 // Config sets up a Host.
 type Config struct {
 	PoolSize uint64 // bytes of graphics memory shared by all vGPUs
-	RunDir   string // vfio-user sockets live here, one per vGPU: RunDir/NAME.sock
-	Log      zerolog.Logger
+	// RunDir holds the control socket, the vGPUs' vfio-user sockets
+	// (RunDir/vgpu/NAME.sock), the VMs' files and the migration records;
+	// one gmigd at a time owns it (RunDir/gmigd.lock).
+	RunDir string
+	Log    zerolog.Logger
 	// QEMURoot is where QEMU 11.1 is installed (the provisioned root) for
 	// VMs gmigd starts, its own and incoming ones.
 	QEMURoot qemu.Root
@@ -99,6 +101,7 @@ type Host struct {
 	closed     bool
 
 	metrics *metrics
+	lock    *os.File // RunDir's lock, held until Close
 }
 
 // served is a vGPU with its vfio-user listener and server goroutine.
@@ -106,14 +109,16 @@ type served struct {
 	v      *vgpu.VGPU
 	native *native.Device // v with the vfio-user migration interface
 	socket string
-	sockFI os.FileInfo // the socket file this vGPU bound (removeOwnSocket)
+	sockFI os.FileInfo // the socket file this vGPU bound (removeOwn)
 	stop   context.CancelFunc
 	done   chan error
 	state  string
 	beats  *orchestrator.Heartbeats
 }
 
-// New creates the pool and the run directory.
+// New locks the run directory (ErrRunDirInUse while another gmigd holds
+// it), sets it up and creates the pool; then it recovers what the last
+// gmigd of the run directory left.
 func New(cfg Config) (*Host, error) {
 	if cfg.PoolSize == 0 {
 		cfg.PoolSize = DefaultPoolSize
@@ -124,14 +129,23 @@ func New(cfg Config) (*Host, error) {
 	if err := os.MkdirAll(cfg.RunDir, 0o750); err != nil {
 		return nil, fmt.Errorf("hostd: creating run directory: %w", err)
 	}
-	p, err := pool.New(cfg.PoolSize)
+	lock, err := lockRunDir(cfg.RunDir)
 	if err != nil {
+		return nil, err
+	}
+	h := &Host{cfg: cfg, log: cfg.Log, vgpus: map[string]*served{}, vms: map[string]*vmRec{},
+		destroying: map[string]chan struct{}{}, metrics: newMetrics(), lock: lock}
+	if err := h.prepareRunDir(); err != nil {
+		lock.Close()
+		return nil, err
+	}
+	if h.pool, err = pool.New(cfg.PoolSize); err != nil {
+		lock.Close()
 		return nil, fmt.Errorf("hostd: creating %d-byte pool: %w", cfg.PoolSize, err)
 	}
-	h := &Host{cfg: cfg, log: cfg.Log, pool: p, vgpus: map[string]*served{}, vms: map[string]*vmRec{},
-		destroying: map[string]chan struct{}{}, metrics: newMetrics()}
 	h.recoverMigrations()
 	h.recoverVMs()
+	h.recoverVGPUs()
 	h.log.Info().Uint64("pool_size", cfg.PoolSize).Str("run_dir", cfg.RunDir).Msg("host ready")
 	return h, nil
 }
@@ -139,7 +153,7 @@ func New(cfg Config) (*Host, error) {
 // Pool returns the host's graphics-memory pool.
 func (h *Host) Pool() *pool.Pool { return h.pool }
 
-// Create makes a vGPU and starts serving it on RunDir/NAME.sock.
+// Create makes a vGPU and starts serving it on RunDir/vgpu/NAME.sock.
 func (h *Host) Create(cfg vgpu.Config) (Info, error) {
 	h.lockName(cfg.Name)
 	defer h.mu.Unlock()
@@ -202,22 +216,15 @@ func (h *Host) createLocked(cfg vgpu.Config, state string) (*served, error) {
 }
 
 func (h *Host) serveLocked(v *vgpu.VGPU) (*served, error) {
-	path := filepath.Join(h.cfg.RunDir, v.Name()+".sock")
-	if err := removeStaleSocket(path); err != nil {
+	path := h.vgpuSocket(v.Name())
+	if _, err := removeStaleSocket(path); err != nil {
 		return nil, err
 	}
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	// The path is removed by shutdown, and only while it is still this
+	// listener's socket (removeOwn).
+	l, fi, err := bindSocket(path, vgpuSocketMode)
 	if err != nil {
 		return nil, fmt.Errorf("hostd: listening on %s: %w", path, err)
-	}
-	// The path is removed by shutdown, and only while it is still this
-	// listener's socket: closing a listener unlinks its path whatever is
-	// there by then.
-	l.SetUnlinkOnClose(false)
-	fi, err := os.Lstat(path)
-	if err != nil {
-		_ = l.Close()
-		return nil, fmt.Errorf("hostd: %w", err)
 	}
 	// Served through native.Device: the vfio-user migration interface
 	// (DEVICE_FEATURE, MIG_DATA_*) is there for a client that drives it.
@@ -236,28 +243,6 @@ func (h *Host) serveLocked(v *vgpu.VGPU) (*served, error) {
 	}()
 	h.log.Info().Str("vgpu", v.Name()).Str("socket", path).Msg("vgpu serving")
 	return s, nil
-}
-
-// removeStaleSocket deletes a socket file left by an earlier gmigd; any
-// other kind of file at that path is an error.
-func removeStaleSocket(path string) error {
-	fi, err := os.Lstat(path)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		return nil
-	case err != nil:
-		return fmt.Errorf("hostd: %w", err)
-	case fi.Mode()&os.ModeSocket == 0:
-		return fmt.Errorf("hostd: %s exists and is not a socket", path)
-	}
-	return os.Remove(path)
-}
-
-// removeOwnSocket deletes s's socket file if it is still the one s bound.
-func (s *served) removeOwnSocket() {
-	if fi, err := os.Lstat(s.socket); err == nil && os.SameFile(fi, s.sockFI) {
-		_ = os.Remove(s.socket)
-	}
 }
 
 func (s *served) info() Info {
@@ -342,7 +327,7 @@ func (h *Host) destroyServed(name string, s *served) error {
 func (h *Host) shutdown(s *served) error {
 	s.stop()
 	serr := <-s.done
-	s.removeOwnSocket()
+	removeOwn(s.socket, s.sockFI)
 	err := s.native.Close() // ends any native migration, then closes the vGPU
 	if serr != nil && !errors.Is(serr, context.Canceled) {
 		h.log.Warn().Err(serr).Str("vgpu", s.v.Name()).Msg("vfio-user server ended with an error")
@@ -374,6 +359,7 @@ func (h *Host) Close() error {
 		errs = append(errs, h.shutdown(s))
 	}
 	errs = append(errs, h.pool.Close())
+	errs = append(errs, h.lock.Close()) // the run directory is free for the next gmigd
 	h.log.Info().Msg("host shut down")
 	return errors.Join(errs...)
 }
