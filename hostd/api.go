@@ -41,9 +41,10 @@ import (
 //
 // A request body is one JSON value: unknown fields and anything after it
 // are refused. Errors are {"error": "..."} with 400 (bad request), 404 (no
-// such vGPU or VM), 409 (exists, or its state does not allow it), 503 (the
-// host cannot do it: no QEMU installed, no KVM, shutting down), 507 (the
-// pool has no room for the vGPU) or 500 (anything else).
+// such vGPU or VM), 409 (exists, its state does not allow it, or the vGPU
+// is held by a migration or used by a VM, with which), 503 (the host
+// cannot do it: no QEMU installed, no KVM, shutting down), 507 (the pool
+// has no room for the vGPU) or 500 (anything else).
 
 // CreateRequest is the body of POST /v1/vgpus.
 type CreateRequest struct {
@@ -150,7 +151,7 @@ func writeError(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, ErrNotFound), errors.Is(err, ErrNoVM):
 		code = http.StatusNotFound
-	case errors.Is(err, ErrExists), errors.Is(err, ErrVMExists), errors.Is(err, ErrVMState),
+	case errors.Is(err, ErrExists), errors.Is(err, ErrVMExists), errors.Is(err, ErrVMState), errors.Is(err, ErrBusy),
 		errors.Is(err, ErrSocketInUse):
 		code = http.StatusConflict
 	case errors.Is(err, ErrName), errors.Is(err, vgpu.ErrConfig), errors.Is(err, errBadRequest),

@@ -61,6 +61,9 @@ var (
 	ErrNotFound = errors.New("hostd: no such vGPU")
 	ErrName     = errors.New("hostd: invalid vGPU name")
 	ErrClosed   = errors.New("hostd: host is shut down")
+	// ErrBusy: a migration holds the vGPU (its memory is being sent or
+	// received) or a VM uses it; it is left as it is.
+	ErrBusy = errors.New("hostd: vGPU is in use")
 )
 
 // nameRE is what a vGPU name may be: it becomes a file name.
@@ -288,8 +291,28 @@ func (h *Host) VGPU(name string) (*vgpu.VGPU, error) {
 }
 
 // Destroy stops serving a vGPU, drops its client, and frees its memory.
+// A vGPU a migration holds (leaving or arriving) or a VM uses is refused
+// with ErrBusy, saying why, and left as it is: its memory stays mapped for
+// as long as the migration or the VM needs it.
 func (h *Host) Destroy(name string) error {
 	return h.destroyServed(name, nil)
+}
+
+// busyLocked says why vGPU s, listed as name, may not be destroyed by an
+// operator now (nil: it may).
+func (h *Host) busyLocked(name string, s *served) error {
+	switch s.state {
+	case stateMigrating:
+		return fmt.Errorf("%w: %s is migrating to another host (or waits for its outcome); remove it once the migration ends", ErrBusy, name)
+	case stateIncoming:
+		return fmt.Errorf("%w: %s is arriving by migration; remove it once the migration ends", ErrBusy, name)
+	}
+	for _, r := range h.vms {
+		if r.vgpu == name && r.state != vmLost && r.state != vmVGPULost {
+			return fmt.Errorf("%w: VM %s uses %s (gmigd vm stop %s first)", ErrBusy, r.name, name, r.name)
+		}
+	}
+	return nil
 }
 
 // unlistLocked takes vGPU name out of the list for its shutdown; the name
@@ -309,14 +332,21 @@ func (h *Host) listDone(name string, done chan struct{}) {
 	close(done)
 }
 
-// destroyServed destroys vGPU name if it is still s (nil: whichever vGPU
-// has the name).
+// destroyServed destroys vGPU name: s, if it still has the name (its
+// holder's end: a migration's, a VM's), or, s nil, whichever vGPU has the
+// name unless it is busy (ErrBusy, busyLocked).
 func (h *Host) destroyServed(name string, s *served) error {
 	h.mu.Lock()
 	cur, ok := h.vgpus[name]
 	if !ok || s != nil && cur != s {
 		h.mu.Unlock()
 		return fmt.Errorf("%w: %s", ErrNotFound, name)
+	}
+	if s == nil {
+		if err := h.busyLocked(name, cur); err != nil {
+			h.mu.Unlock()
+			return err
+		}
 	}
 	done := h.unlistLocked(name)
 	h.mu.Unlock()

@@ -111,6 +111,10 @@ func (h *Host) forgetVM(name string) {
 	h.mu.Lock()
 	r, ok := h.vms[name]
 	delete(h.vms, name)
+	var s *served // the vGPU the migration held: its end destroys it
+	if ok {
+		s = h.vgpus[r.vgpu]
+	}
 	h.mu.Unlock()
 	if !ok {
 		return
@@ -121,7 +125,10 @@ func (h *Host) forgetVM(name string) {
 	if r.kind == KindQEMU && !r.adopted && r.qmpPath != "" {
 		h.forgetVMFiles(filepath.Dir(r.qmpPath)) // its QEMU quit: the VM runs at the destination
 	}
-	if err := h.Destroy(r.vgpu); err != nil {
+	if s == nil {
+		return
+	}
+	if err := h.destroyServed(r.vgpu, s); err != nil {
 		h.log.Warn().Err(err).Str("vgpu", r.vgpu).Msg("destroying the migrated vGPU")
 	}
 }

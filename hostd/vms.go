@@ -294,13 +294,14 @@ func (h *Host) StopVM(name string) error {
 		return fmt.Errorf("%w: %s is %s", ErrVMState, name, r.state)
 	}
 	delete(h.vms, name)
+	s := h.vgpus[r.vgpu] // the VM's own, destroyed with it
 	h.mu.Unlock()
 	r.close()
 	if r.kind == KindQEMU && !r.adopted && r.qmpPath != "" {
 		h.forgetVMFiles(filepath.Dir(r.qmpPath))
 	}
-	if r.ownsVGPU {
-		if err := h.Destroy(r.vgpu); err != nil && !errors.Is(err, ErrNotFound) {
+	if r.ownsVGPU && s != nil {
+		if err := h.destroyServed(r.vgpu, s); err != nil && !errors.Is(err, ErrNotFound) {
 			return err
 		}
 	}
