@@ -278,19 +278,40 @@ func (c *Client) List() ([]Info, error) {
 
 // Create creates a vGPU.
 func (c *Client) Create(req CreateRequest) (Info, error) {
+	if err := CheckName(req.Name); err != nil {
+		return Info{}, err
+	}
 	var out Info
 	return out, c.do(http.MethodPost, "/v1/vgpus", req, &out)
 }
 
 // Get describes a vGPU.
 func (c *Client) Get(name string) (Info, error) {
+	p, err := namePath("/v1/vgpus/", name, "")
+	if err != nil {
+		return Info{}, err
+	}
 	var out Info
-	return out, c.do(http.MethodGet, "/v1/vgpus/"+name, nil, &out)
+	return out, c.do(http.MethodGet, p, nil, &out)
 }
 
 // Destroy destroys a vGPU.
 func (c *Client) Destroy(name string) error {
-	return c.do(http.MethodDelete, "/v1/vgpus/"+name, nil, nil)
+	p, err := namePath("/v1/vgpus/", name, "")
+	if err != nil {
+		return err
+	}
+	return c.do(http.MethodDelete, p, nil, nil)
+}
+
+// namePath is the request path prefix+NAME+suffix for a vGPU's or VM's
+// name: a name CheckName refuses is never sent, and the name is escaped as
+// one path segment (so no name reaches another resource).
+func namePath(prefix, name, suffix string) (string, error) {
+	if err := CheckName(name); err != nil {
+		return "", err
+	}
+	return prefix + url.PathEscape(name) + suffix, nil
 }
 
 func (c *Client) do(method, path string, in, out any) error {

@@ -59,15 +59,25 @@ type Config struct {
 var (
 	ErrExists   = errors.New("hostd: vGPU already exists")
 	ErrNotFound = errors.New("hostd: no such vGPU")
-	ErrName     = errors.New("hostd: invalid vGPU name")
+	ErrName     = errors.New("hostd: invalid name")
 	ErrClosed   = errors.New("hostd: host is shut down")
 	// ErrBusy: a migration holds the vGPU (its memory is being sent or
 	// received) or a VM uses it; it is left as it is.
 	ErrBusy = errors.New("hostd: vGPU is in use")
 )
 
-// nameRE is what a vGPU name may be: it becomes a file name.
+// nameRE is what a vGPU or VM name may be: it becomes a file name
+// (RUN_DIR/vgpu/NAME.sock, RUN_DIR/vms/NAME/) and a URL path segment.
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,31}$`)
+
+// CheckName says whether name may name a vGPU or a VM (ErrName if not).
+// The control API, a migration's destination and the CLI all check with it.
+func CheckName(name string) error {
+	if !nameRE.MatchString(name) {
+		return fmt.Errorf("%w: %q (want 1-32 of a-z 0-9 _ -, starting with a letter or digit)", ErrName, name)
+	}
+	return nil
+}
 
 // Info describes one vGPU for listings.
 type Info struct {
@@ -184,8 +194,8 @@ func (h *Host) lockName(name string) {
 
 // createLocked makes a vGPU in state and serves it (lockName first).
 func (h *Host) createLocked(cfg vgpu.Config, state string) (*served, error) {
-	if !nameRE.MatchString(cfg.Name) {
-		return nil, fmt.Errorf("%w: %q (want 1-32 of a-z 0-9 _ -, starting with a letter or digit)", ErrName, cfg.Name)
+	if err := CheckName(cfg.Name); err != nil {
+		return nil, err
 	}
 	if h.closed {
 		return nil, ErrClosed

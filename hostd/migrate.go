@@ -215,6 +215,11 @@ func isOurQEMU(pid int, runDir string) bool {
 func (h *Host) Land(ctx context.Context, p orchestrator.Prepare, via net.Addr) (orchestrator.Landing, error) {
 	h.metrics.migrationStarted("destination")
 	name := p.Name
+	// The peer's name becomes this host's socket and VM directory names:
+	// checked before anything is taken or made.
+	if err := CheckName(name); err != nil {
+		return nil, err
+	}
 	cfg, err := p.VGPU.Config(name)
 	if err != nil {
 		return nil, fmt.Errorf("hostd: the arriving vGPU: %w", err)

@@ -212,8 +212,8 @@ func (h *Host) launch(ctx context.Context, name string, spec qemu.Spec, socket s
 // vfio-user-pci device with id qemu.DeviceID. The VM must run with guest
 // RAM as a shared memfd on a pc or q35 machine.
 func (h *Host) AdoptVM(ctx context.Context, name, qmpPath, vgpuName string) (VMInfo, error) {
-	if !nameRE.MatchString(name) {
-		return VMInfo{}, fmt.Errorf("%w: %q", ErrName, name)
+	if err := CheckName(name); err != nil {
+		return VMInfo{}, err
 	}
 	h.mu.Lock()
 	_, exists := h.vms[name]
