@@ -76,7 +76,13 @@ func (h *Host) prepareRunDir() error {
 	if err := os.MkdirAll(dir, vgpuDirMode); err != nil {
 		return fmt.Errorf("hostd: creating the vGPU socket directory: %w", err)
 	}
-	if err := os.Chmod(dir, vgpuDirMode); err != nil { // whatever the umask, or an older mode
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("hostd: the vGPU socket directory: %w", err)
+	}
+	// Whatever the umask or an older mode; a set-group-ID bit (inherited
+	// from the run directory) stays, so the sockets get its group.
+	if err := os.Chmod(dir, vgpuDirMode|fi.Mode()&os.ModeSetgid); err != nil {
 		return fmt.Errorf("hostd: the vGPU socket directory: %w", err)
 	}
 	return nil

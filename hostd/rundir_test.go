@@ -62,13 +62,21 @@ func TestRunDirLocked(t *testing.T) {
 // TestSocketModesExplicit: under umask 0 a vGPU's socket is still 0660
 // and its directory 0750 (another user used to attach to a vGPU), in a
 // directory of their own; a run directory others can reach is warned
-// about.
+// about. As root: in a set-group-ID run directory the socket gets the
+// directory's group (the one a QEMU of another user connects through).
 func TestSocketModesExplicit(t *testing.T) {
 	old := syscall.Umask(0)
 	defer syscall.Umask(old)
 	dir := t.TempDir()
-	if err := os.Chmod(dir, 0o777); err != nil {
+	if err := os.Chmod(dir, 0o777|os.ModeSetgid); err != nil {
 		t.Fatal(err)
+	}
+	const gid = 4242 // any group but this process's
+	asRoot := os.Geteuid() == 0
+	if asRoot {
+		if err := os.Chown(dir, -1, gid); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var log lockedBuffer
 	h, err := New(Config{PoolSize: 16 << 20, RunDir: dir, Log: zerolog.New(&log)})
@@ -87,6 +95,9 @@ func TestSocketModesExplicit(t *testing.T) {
 	}
 	if fi.Mode()&os.ModeSocket == 0 || fi.Mode().Perm() != 0o660 {
 		t.Errorf("vGPU socket %s: mode %v, want a socket, 0660", info.Socket, fi.Mode())
+	}
+	if st := fi.Sys().(*syscall.Stat_t); asRoot && st.Gid != gid {
+		t.Errorf("vGPU socket's group %d in a set-group-ID run directory of group %d", st.Gid, gid)
 	}
 	sockDir := filepath.Dir(info.Socket)
 	if di, err := os.Stat(sockDir); err != nil || di.Mode().Perm() != 0o750 || sockDir == dir {
