@@ -41,9 +41,10 @@ import (
 //
 // A request body is one JSON value: unknown fields and anything after it
 // are refused. Errors are {"error": "..."} with 400 (bad request), 404 (no
-// such vGPU or VM), 409 (exists, or its state does not allow it), 503 (the
-// host cannot do it: no QEMU installed, no KVM, shutting down), 507 (the
-// pool has no room for the vGPU) or 500 (anything else).
+// such vGPU or VM), 409 (exists, its state does not allow it, or the vGPU
+// is held by a migration or used by a VM, with which), 503 (the host
+// cannot do it: no QEMU installed, no KVM, shutting down), 507 (the pool
+// has no room for the vGPU) or 500 (anything else).
 
 // CreateRequest is the body of POST /v1/vgpus.
 type CreateRequest struct {
@@ -150,7 +151,8 @@ func writeError(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, ErrNotFound), errors.Is(err, ErrNoVM):
 		code = http.StatusNotFound
-	case errors.Is(err, ErrExists), errors.Is(err, ErrVMExists), errors.Is(err, ErrVMState):
+	case errors.Is(err, ErrExists), errors.Is(err, ErrVMExists), errors.Is(err, ErrVMState), errors.Is(err, ErrBusy),
+		errors.Is(err, ErrSocketInUse):
 		code = http.StatusConflict
 	case errors.Is(err, ErrName), errors.Is(err, vgpu.ErrConfig), errors.Is(err, errBadRequest),
 		errors.Is(err, qemu.ErrMachine), errors.Is(err, qemu.ErrSharedMemory), errors.Is(err, qemu.ErrAdopt),
@@ -164,25 +166,24 @@ func writeError(w http.ResponseWriter, err error) {
 	writeJSON(w, code, map[string]string{"error": err.Error()})
 }
 
-// ListenAPI opens the control socket at path, replacing a stale one. The
-// socket is 0600 and owned by this process's user whatever the umask: it
-// is bound inside a private (0700) directory, made 0600 there and only
-// then renamed into place, so no other user can connect at any moment. It
-// is checked after the rename; closing the listener removes it.
+// ListenAPI opens the control socket at path, replacing a stale one (one
+// no server answers on; a live one is ErrSocketInUse). The socket is 0600
+// and owned by this process's user whatever the umask (bindSocket), so no
+// other user can connect at any moment; closing the listener removes it.
 func (h *Host) ListenAPI(path string) (net.Listener, error) {
-	if err := removeStaleSocket(path); err != nil {
+	if _, err := removeStaleSocket(path); err != nil {
 		return nil, err
 	}
 	if fi, err := os.Stat(filepath.Dir(path)); err == nil && fi.Mode().Perm()&0o002 != 0 {
 		h.log.Warn().Str("dir", filepath.Dir(path)).Str("mode", fi.Mode().Perm().String()).
 			Msg("the control socket's directory is writable by all users: another user could replace the socket")
 	}
-	l, err := listenPrivate(path)
+	l, fi, err := bindSocket(path, controlSocketMode)
 	if err != nil {
 		return nil, fmt.Errorf("hostd: control socket: %w", err)
 	}
 	h.log.Info().Str("socket", path).Str("mode", "0600").Msg("control API listening")
-	return l, nil
+	return &privateListener{UnixListener: l, path: path, fi: fi}, nil
 }
 
 // apiTimeouts bound how long the control API waits on a client.
@@ -277,19 +278,40 @@ func (c *Client) List() ([]Info, error) {
 
 // Create creates a vGPU.
 func (c *Client) Create(req CreateRequest) (Info, error) {
+	if err := CheckName(req.Name); err != nil {
+		return Info{}, err
+	}
 	var out Info
 	return out, c.do(http.MethodPost, "/v1/vgpus", req, &out)
 }
 
 // Get describes a vGPU.
 func (c *Client) Get(name string) (Info, error) {
+	p, err := namePath("/v1/vgpus/", name, "")
+	if err != nil {
+		return Info{}, err
+	}
 	var out Info
-	return out, c.do(http.MethodGet, "/v1/vgpus/"+name, nil, &out)
+	return out, c.do(http.MethodGet, p, nil, &out)
 }
 
 // Destroy destroys a vGPU.
 func (c *Client) Destroy(name string) error {
-	return c.do(http.MethodDelete, "/v1/vgpus/"+name, nil, nil)
+	p, err := namePath("/v1/vgpus/", name, "")
+	if err != nil {
+		return err
+	}
+	return c.do(http.MethodDelete, p, nil, nil)
+}
+
+// namePath is the request path prefix+NAME+suffix for a vGPU's or VM's
+// name: a name CheckName refuses is never sent, and the name is escaped as
+// one path segment (so no name reaches another resource).
+func namePath(prefix, name, suffix string) (string, error) {
+	if err := CheckName(name); err != nil {
+		return "", err
+	}
+	return prefix + url.PathEscape(name) + suffix, nil
 }
 
 func (c *Client) do(method, path string, in, out any) error {

@@ -201,19 +201,33 @@ func (c *Client) ListVMs() ([]VMInfo, error) {
 
 // StartVM starts a VM.
 func (c *Client) StartVM(req StartVMRequest) (VMInfo, error) {
+	if err := CheckName(req.Name); err != nil {
+		return VMInfo{}, err
+	}
 	var out VMInfo
 	return out, c.do(http.MethodPost, "/v1/vms", req, &out)
 }
 
 // StopVM stops a VM.
 func (c *Client) StopVM(name string) error {
-	return c.do(http.MethodDelete, "/v1/vms/"+name, nil, nil)
+	p, err := namePath("/v1/vms/", name, "")
+	if err != nil {
+		return err
+	}
+	return c.do(http.MethodDelete, p, nil, nil)
 }
 
 // AdoptVM adopts a running QEMU.
 func (c *Client) AdoptVM(name string, req AdoptRequest) (VMInfo, error) {
+	p, err := namePath("/v1/vms/", name, "/adopt")
+	if err != nil {
+		return VMInfo{}, err
+	}
+	if err := CheckName(req.VGPU); err != nil {
+		return VMInfo{}, err
+	}
 	var out VMInfo
-	return out, c.do(http.MethodPost, "/v1/vms/"+name+"/adopt", req, &out)
+	return out, c.do(http.MethodPost, p, req, &out)
 }
 
 // ErrMigrationFailed is wrapped in every MigrationError.
@@ -244,11 +258,15 @@ func (e *MigrationError) Unwrap() []error {
 // the report. It waits as long as the migration takes. A migration that
 // fails is a *MigrationError.
 func (c *Client) Migrate(ctx context.Context, name string, req MigrateRequest, progress func(orchestrator.Progress)) (orchestrator.Report, error) {
+	p, err := namePath("/v1/vms/", name, "/migrate")
+	if err != nil {
+		return orchestrator.Report{}, err
+	}
 	b, err := json.Marshal(req)
 	if err != nil {
 		return orchestrator.Report{}, err
 	}
-	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://gmigd/v1/vms/"+name+"/migrate", bytes.NewReader(b))
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://gmigd"+p, bytes.NewReader(b))
 	if err != nil {
 		return orchestrator.Report{}, err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -32,8 +31,11 @@ const (
 // Config sets up a Host.
 type Config struct {
 	PoolSize uint64 // bytes of graphics memory shared by all vGPUs
-	RunDir   string // vfio-user sockets live here, one per vGPU: RunDir/NAME.sock
-	Log      zerolog.Logger
+	// RunDir holds the control socket, the vGPUs' vfio-user sockets
+	// (RunDir/vgpu/NAME.sock), the VMs' files and the migration records;
+	// one gmigd at a time owns it (RunDir/gmigd.lock).
+	RunDir string
+	Log    zerolog.Logger
 	// QEMURoot is where QEMU 11.1 is installed (the provisioned root) for
 	// VMs gmigd starts, its own and incoming ones.
 	QEMURoot qemu.Root
@@ -57,12 +59,25 @@ type Config struct {
 var (
 	ErrExists   = errors.New("hostd: vGPU already exists")
 	ErrNotFound = errors.New("hostd: no such vGPU")
-	ErrName     = errors.New("hostd: invalid vGPU name")
+	ErrName     = errors.New("hostd: invalid name")
 	ErrClosed   = errors.New("hostd: host is shut down")
+	// ErrBusy: a migration holds the vGPU (its memory is being sent or
+	// received) or a VM uses it; it is left as it is.
+	ErrBusy = errors.New("hostd: vGPU is in use")
 )
 
-// nameRE is what a vGPU name may be: it becomes a file name.
+// nameRE is what a vGPU or VM name may be: it becomes a file name
+// (RUN_DIR/vgpu/NAME.sock, RUN_DIR/vms/NAME/) and a URL path segment.
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,31}$`)
+
+// CheckName says whether name may name a vGPU or a VM (ErrName if not).
+// The control API, a migration's destination and the CLI all check with it.
+func CheckName(name string) error {
+	if !nameRE.MatchString(name) {
+		return fmt.Errorf("%w: %q (want 1-32 of a-z 0-9 _ -, starting with a letter or digit)", ErrName, name)
+	}
+	return nil
+}
 
 // Info describes one vGPU for listings.
 type Info struct {
@@ -99,6 +114,7 @@ type Host struct {
 	closed     bool
 
 	metrics *metrics
+	lock    *os.File // RunDir's lock, held until Close
 }
 
 // served is a vGPU with its vfio-user listener and server goroutine.
@@ -106,14 +122,16 @@ type served struct {
 	v      *vgpu.VGPU
 	native *native.Device // v with the vfio-user migration interface
 	socket string
-	sockFI os.FileInfo // the socket file this vGPU bound (removeOwnSocket)
+	sockFI os.FileInfo // the socket file this vGPU bound (removeOwn)
 	stop   context.CancelFunc
 	done   chan error
 	state  string
 	beats  *orchestrator.Heartbeats
 }
 
-// New creates the pool and the run directory.
+// New locks the run directory (ErrRunDirInUse while another gmigd holds
+// it), sets it up and creates the pool; then it recovers what the last
+// gmigd of the run directory left.
 func New(cfg Config) (*Host, error) {
 	if cfg.PoolSize == 0 {
 		cfg.PoolSize = DefaultPoolSize
@@ -124,14 +142,23 @@ func New(cfg Config) (*Host, error) {
 	if err := os.MkdirAll(cfg.RunDir, 0o750); err != nil {
 		return nil, fmt.Errorf("hostd: creating run directory: %w", err)
 	}
-	p, err := pool.New(cfg.PoolSize)
+	lock, err := lockRunDir(cfg.RunDir)
 	if err != nil {
+		return nil, err
+	}
+	h := &Host{cfg: cfg, log: cfg.Log, vgpus: map[string]*served{}, vms: map[string]*vmRec{},
+		destroying: map[string]chan struct{}{}, metrics: newMetrics(), lock: lock}
+	if err := h.prepareRunDir(); err != nil {
+		lock.Close()
+		return nil, err
+	}
+	if h.pool, err = pool.New(cfg.PoolSize); err != nil {
+		lock.Close()
 		return nil, fmt.Errorf("hostd: creating %d-byte pool: %w", cfg.PoolSize, err)
 	}
-	h := &Host{cfg: cfg, log: cfg.Log, pool: p, vgpus: map[string]*served{}, vms: map[string]*vmRec{},
-		destroying: map[string]chan struct{}{}, metrics: newMetrics()}
 	h.recoverMigrations()
 	h.recoverVMs()
+	h.recoverVGPUs()
 	h.log.Info().Uint64("pool_size", cfg.PoolSize).Str("run_dir", cfg.RunDir).Msg("host ready")
 	return h, nil
 }
@@ -139,7 +166,7 @@ func New(cfg Config) (*Host, error) {
 // Pool returns the host's graphics-memory pool.
 func (h *Host) Pool() *pool.Pool { return h.pool }
 
-// Create makes a vGPU and starts serving it on RunDir/NAME.sock.
+// Create makes a vGPU and starts serving it on RunDir/vgpu/NAME.sock.
 func (h *Host) Create(cfg vgpu.Config) (Info, error) {
 	h.lockName(cfg.Name)
 	defer h.mu.Unlock()
@@ -167,8 +194,8 @@ func (h *Host) lockName(name string) {
 
 // createLocked makes a vGPU in state and serves it (lockName first).
 func (h *Host) createLocked(cfg vgpu.Config, state string) (*served, error) {
-	if !nameRE.MatchString(cfg.Name) {
-		return nil, fmt.Errorf("%w: %q (want 1-32 of a-z 0-9 _ -, starting with a letter or digit)", ErrName, cfg.Name)
+	if err := CheckName(cfg.Name); err != nil {
+		return nil, err
 	}
 	if h.closed {
 		return nil, ErrClosed
@@ -202,22 +229,15 @@ func (h *Host) createLocked(cfg vgpu.Config, state string) (*served, error) {
 }
 
 func (h *Host) serveLocked(v *vgpu.VGPU) (*served, error) {
-	path := filepath.Join(h.cfg.RunDir, v.Name()+".sock")
-	if err := removeStaleSocket(path); err != nil {
+	path := h.vgpuSocket(v.Name())
+	if _, err := removeStaleSocket(path); err != nil {
 		return nil, err
 	}
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	// The path is removed by shutdown, and only while it is still this
+	// listener's socket (removeOwn).
+	l, fi, err := bindSocket(path, vgpuSocketMode)
 	if err != nil {
 		return nil, fmt.Errorf("hostd: listening on %s: %w", path, err)
-	}
-	// The path is removed by shutdown, and only while it is still this
-	// listener's socket: closing a listener unlinks its path whatever is
-	// there by then.
-	l.SetUnlinkOnClose(false)
-	fi, err := os.Lstat(path)
-	if err != nil {
-		_ = l.Close()
-		return nil, fmt.Errorf("hostd: %w", err)
 	}
 	// Served through native.Device: the vfio-user migration interface
 	// (DEVICE_FEATURE, MIG_DATA_*) is there for a client that drives it.
@@ -236,28 +256,6 @@ func (h *Host) serveLocked(v *vgpu.VGPU) (*served, error) {
 	}()
 	h.log.Info().Str("vgpu", v.Name()).Str("socket", path).Msg("vgpu serving")
 	return s, nil
-}
-
-// removeStaleSocket deletes a socket file left by an earlier gmigd; any
-// other kind of file at that path is an error.
-func removeStaleSocket(path string) error {
-	fi, err := os.Lstat(path)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		return nil
-	case err != nil:
-		return fmt.Errorf("hostd: %w", err)
-	case fi.Mode()&os.ModeSocket == 0:
-		return fmt.Errorf("hostd: %s exists and is not a socket", path)
-	}
-	return os.Remove(path)
-}
-
-// removeOwnSocket deletes s's socket file if it is still the one s bound.
-func (s *served) removeOwnSocket() {
-	if fi, err := os.Lstat(s.socket); err == nil && os.SameFile(fi, s.sockFI) {
-		_ = os.Remove(s.socket)
-	}
 }
 
 func (s *served) info() Info {
@@ -303,8 +301,28 @@ func (h *Host) VGPU(name string) (*vgpu.VGPU, error) {
 }
 
 // Destroy stops serving a vGPU, drops its client, and frees its memory.
+// A vGPU a migration holds (leaving or arriving) or a VM uses is refused
+// with ErrBusy, saying why, and left as it is: its memory stays mapped for
+// as long as the migration or the VM needs it.
 func (h *Host) Destroy(name string) error {
 	return h.destroyServed(name, nil)
+}
+
+// busyLocked says why vGPU s, listed as name, may not be destroyed by an
+// operator now (nil: it may).
+func (h *Host) busyLocked(name string, s *served) error {
+	switch s.state {
+	case stateMigrating:
+		return fmt.Errorf("%w: %s is migrating to another host (or waits for its outcome); remove it once the migration ends", ErrBusy, name)
+	case stateIncoming:
+		return fmt.Errorf("%w: %s is arriving by migration; remove it once the migration ends", ErrBusy, name)
+	}
+	for _, r := range h.vms {
+		if r.vgpu == name && r.state != vmLost && r.state != vmVGPULost {
+			return fmt.Errorf("%w: VM %s uses %s (gmigd vm stop %s first)", ErrBusy, r.name, name, r.name)
+		}
+	}
+	return nil
 }
 
 // unlistLocked takes vGPU name out of the list for its shutdown; the name
@@ -324,14 +342,21 @@ func (h *Host) listDone(name string, done chan struct{}) {
 	close(done)
 }
 
-// destroyServed destroys vGPU name if it is still s (nil: whichever vGPU
-// has the name).
+// destroyServed destroys vGPU name: s, if it still has the name (its
+// holder's end: a migration's, a VM's), or, s nil, whichever vGPU has the
+// name unless it is busy (ErrBusy, busyLocked).
 func (h *Host) destroyServed(name string, s *served) error {
 	h.mu.Lock()
 	cur, ok := h.vgpus[name]
 	if !ok || s != nil && cur != s {
 		h.mu.Unlock()
 		return fmt.Errorf("%w: %s", ErrNotFound, name)
+	}
+	if s == nil {
+		if err := h.busyLocked(name, cur); err != nil {
+			h.mu.Unlock()
+			return err
+		}
 	}
 	done := h.unlistLocked(name)
 	h.mu.Unlock()
@@ -342,7 +367,7 @@ func (h *Host) destroyServed(name string, s *served) error {
 func (h *Host) shutdown(s *served) error {
 	s.stop()
 	serr := <-s.done
-	s.removeOwnSocket()
+	removeOwn(s.socket, s.sockFI)
 	err := s.native.Close() // ends any native migration, then closes the vGPU
 	if serr != nil && !errors.Is(serr, context.Canceled) {
 		h.log.Warn().Err(serr).Str("vgpu", s.v.Name()).Msg("vfio-user server ended with an error")
@@ -374,6 +399,7 @@ func (h *Host) Close() error {
 		errs = append(errs, h.shutdown(s))
 	}
 	errs = append(errs, h.pool.Close())
+	errs = append(errs, h.lock.Close()) // the run directory is free for the next gmigd
 	h.log.Info().Msg("host shut down")
 	return errors.Join(errs...)
 }

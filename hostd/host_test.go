@@ -83,7 +83,7 @@ func TestCreateListDestroy(t *testing.T) {
 
 func TestStaleSocketReplacedOtherFileRefused(t *testing.T) {
 	h := newHost(t)
-	path := filepath.Join(h.cfg.RunDir, "c.sock")
+	path := h.vgpuSocket("c")
 	if err := os.WriteFile(path, []byte("not a socket"), 0o600); err != nil {
 		t.Fatal(err)
 	}

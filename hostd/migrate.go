@@ -111,6 +111,10 @@ func (h *Host) forgetVM(name string) {
 	h.mu.Lock()
 	r, ok := h.vms[name]
 	delete(h.vms, name)
+	var s *served // the vGPU the migration held: its end destroys it
+	if ok {
+		s = h.vgpus[r.vgpu]
+	}
 	h.mu.Unlock()
 	if !ok {
 		return
@@ -121,7 +125,10 @@ func (h *Host) forgetVM(name string) {
 	if r.kind == KindQEMU && !r.adopted && r.qmpPath != "" {
 		h.forgetVMFiles(filepath.Dir(r.qmpPath)) // its QEMU quit: the VM runs at the destination
 	}
-	if err := h.Destroy(r.vgpu); err != nil {
+	if s == nil {
+		return
+	}
+	if err := h.destroyServed(r.vgpu, s); err != nil {
 		h.log.Warn().Err(err).Str("vgpu", r.vgpu).Msg("destroying the migrated vGPU")
 	}
 }
@@ -208,6 +215,11 @@ func isOurQEMU(pid int, runDir string) bool {
 func (h *Host) Land(ctx context.Context, p orchestrator.Prepare, via net.Addr) (orchestrator.Landing, error) {
 	h.metrics.migrationStarted("destination")
 	name := p.Name
+	// The peer's name becomes this host's socket and VM directory names:
+	// checked before anything is taken or made.
+	if err := CheckName(name); err != nil {
+		return nil, err
+	}
 	cfg, err := p.VGPU.Config(name)
 	if err != nil {
 		return nil, fmt.Errorf("hostd: the arriving vGPU: %w", err)

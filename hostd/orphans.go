@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/gmig-dev/gmig/hostd/qemu"
@@ -60,6 +61,26 @@ func (h *Host) recoverVMs() {
 		log.Str("vm", name).Int("pid", q.PID()).Str("qemu_state", state).Str("migration", mig).
 			Msg("a VM's QEMU outlived the last gmigd; its vGPU was lost with it: listed as " + vmVGPULost + " (gmigd vm stop ends it)")
 		h.vms[name] = &vmRec{name: name, kind: KindQEMU, vgpu: name, state: vmVGPULost, q: q, qmpPath: sock}
+	}
+}
+
+// recoverVGPUs reports the vGPUs the last gmigd of this run directory
+// served when it ended without destroying them (killed, or crashed): their
+// device models and memory died with it. Each left its socket,
+// RUN_DIR/vgpu/NAME.sock, which is removed once a connect to it is
+// refused; one a server still answers on is left alone.
+func (h *Host) recoverVGPUs() {
+	socks, _ := filepath.Glob(h.vgpuSocket("*"))
+	for _, sock := range socks {
+		name := strings.TrimSuffix(filepath.Base(sock), ".sock")
+		removed, err := removeStaleSocket(sock)
+		switch {
+		case err != nil:
+			h.log.Error().Err(err).Str("vgpu", name).Str("socket", sock).Msg("a vGPU socket of the last gmigd left in place")
+		case removed:
+			h.log.Warn().Str("vgpu", name).Str("socket", sock).
+				Msg("a vGPU was lost with the last gmigd (its device model and memory ended with it): stale socket removed")
+		}
 	}
 }
 

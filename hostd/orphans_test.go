@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/rs/zerolog"
+
+	"github.com/gmig-dev/gmig/internal/vgpu"
 )
 
 // TestRecoverVMs: a restarted gmigd lists a VM whose QEMU is gone (its
@@ -56,5 +58,44 @@ func TestRecoverVMs(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "vms", "gone", "qmp.sock")); !os.IsNotExist(err) {
 		t.Errorf("the lost VM's socket after the stop: %v", err)
+	}
+}
+
+// TestRestartReportsLostVGPUs: a gmigd restarted after one that died with
+// a vGPU logs that vGPU as lost and removes its stale socket; the name can
+// be used again.
+func TestRestartReportsLostVGPUs(t *testing.T) {
+	dir := t.TempDir()
+	h, err := New(Config{PoolSize: 16 << 20, RunDir: dir, Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := h.Create(vgpu.Config{Name: "g0", MemSize: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Close()
+	// What a killed gmigd leaves: the vGPU's socket with no server.
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: info.Socket, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.SetUnlinkOnClose(false)
+	l.Close()
+	var log lockedBuffer
+	h, err = New(Config{PoolSize: 16 << 20, RunDir: dir, Log: zerolog.New(&log)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	lost := log.messages("a vGPU was lost with the last gmigd (its device model and memory ended with it): stale socket removed")
+	if len(lost) != 1 || lost[0]["vgpu"] != "g0" {
+		t.Fatalf("logged %v, want vGPU g0 lost", lost)
+	}
+	if _, err := os.Lstat(info.Socket); !os.IsNotExist(err) {
+		t.Fatalf("the stale socket: %v, want removed", err)
+	}
+	if _, err := h.Create(vgpu.Config{Name: "g0", MemSize: 1 << 20}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -238,8 +238,8 @@ const ConsoleMarker = "--- gmigd:"
 // vfio-user-pci device with id qemu.DeviceID. The VM must run with guest
 // RAM as a shared memfd on a pc or q35 machine.
 func (h *Host) AdoptVM(ctx context.Context, name, qmpPath, vgpuName string) (VMInfo, error) {
-	if !nameRE.MatchString(name) {
-		return VMInfo{}, fmt.Errorf("%w: %q", ErrName, name)
+	if err := CheckName(name); err != nil {
+		return VMInfo{}, err
 	}
 	h.mu.Lock()
 	_, exists := h.vms[name]
@@ -320,13 +320,14 @@ func (h *Host) StopVM(name string) error {
 		return fmt.Errorf("%w: %s is %s", ErrVMState, name, r.state)
 	}
 	delete(h.vms, name)
+	s := h.vgpus[r.vgpu] // the VM's own, destroyed with it
 	h.mu.Unlock()
 	r.close()
 	if r.kind == KindQEMU && !r.adopted && r.qmpPath != "" {
 		h.forgetVMFiles(filepath.Dir(r.qmpPath))
 	}
-	if r.ownsVGPU {
-		if err := h.Destroy(r.vgpu); err != nil && !errors.Is(err, ErrNotFound) {
+	if r.ownsVGPU && s != nil {
+		if err := h.destroyServed(r.vgpu, s); err != nil && !errors.Is(err, ErrNotFound) {
 			return err
 		}
 	}

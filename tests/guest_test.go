@@ -141,7 +141,8 @@ func TestGuestOnQEMU(t *testing.T) {
 		t.Fatal(err)
 	}
 	left, _ := filepath.Glob(filepath.Join(runDir, "*"))
-	for _, f := range left {
+	vgpuSocks, _ := filepath.Glob(filepath.Join(runDir, "vgpu", "*"))
+	for _, f := range append(left, vgpuSocks...) {
 		if fi, err := os.Lstat(f); err == nil && fi.Mode()&os.ModeSocket != 0 {
 			t.Errorf("socket left behind: %s", f)
 		}
