@@ -66,6 +66,7 @@ type Transport struct {
 type identity struct {
 	server, client *tls.Config
 	leaf           *x509.Certificate
+	bundle         []byte // the CA bundle as read (nil: made by New)
 }
 
 // Leaf returns this host's own certificate (the one Reload last loaded).
@@ -122,7 +123,12 @@ func loadIdentity(f Files, o Options) (*identity, error) {
 	if !roots.AppendCertsFromPEM(bundle) {
 		return nil, fmt.Errorf("%w: %s holds no PEM certificate", ErrConfig, f.CA)
 	}
-	return newIdentity(cert, roots, o)
+	id, err := newIdentity(cert, roots, o)
+	if err != nil {
+		return nil, err
+	}
+	id.bundle = bundle
+	return id, nil
 }
 
 // New returns a Transport presenting cert and trusting roots; see Load.
