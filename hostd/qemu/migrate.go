@@ -44,6 +44,9 @@ const DefaultDowntimeLimit = 20 * time.Millisecond
 // (orchestrator.SourceVM).
 type Outgoing struct {
 	VM *VM
+	// TLS, if set, encrypts QEMU's RAM stream and authenticates the
+	// destination (tls.go); nil: plain TCP.
+	TLS *TLS
 	// MaxBandwidth is QEMU's max-bandwidth for the RAM stream in bytes/s
 	// (0: DefaultMaxBandwidth).
 	MaxBandwidth uint64
@@ -62,6 +65,9 @@ var _ orchestrator.SourceVM = (*Outgoing)(nil)
 // Migrate starts QEMU's migration to target ("tcp:host:port").
 func (o *Outgoing) Migrate(ctx context.Context, target string) error {
 	vm := o.VM
+	if err := vm.setTLS("client", o.TLS); err != nil {
+		return err
+	}
 	caps := []map[string]any{
 		{"capability": "pause-before-switchover", "state": true},
 		{"capability": "events", "state": true},
@@ -245,7 +251,10 @@ func (vm *VM) migrationError() string {
 // Incoming is a VM at a migration's destination (orchestrator.DestVM): a
 // QEMU started with Config.Incoming, paused.
 type Incoming struct {
-	VM  *VM
+	VM *VM
+	// TLS, if set, makes QEMU accept only a TLS stream from a source
+	// with a certificate from its CA (tls.go); nil: plain TCP.
+	TLS *TLS
 	uri string
 }
 
@@ -255,6 +264,9 @@ var _ orchestrator.DestVM = (*Incoming)(nil)
 // of this host the source can reach) at a port it picks.
 func (in *Incoming) Listen(host string) error {
 	vm := in.VM
+	if err := vm.setTLS("server", in.TLS); err != nil {
+		return err
+	}
 	caps := []map[string]any{{"capability": "events", "state": true}}
 	if _, err := vm.QMP("migrate-set-capabilities", map[string]any{"capabilities": caps}); err != nil {
 		return err
