@@ -43,7 +43,7 @@ func (h *Host) MigrateVM(ctx context.Context, name, peer string, opts MigrateOpt
 	if err != nil {
 		return orchestrator.Report{}, err
 	}
-	vm, kind, spec, err := r.sourceVM(opts)
+	vm, kind, spec, err := h.outgoingVM(r, peer, opts)
 	if err != nil {
 		h.releaseVM(name, vmRunning)
 		return orchestrator.Report{}, err
@@ -273,7 +273,11 @@ func (l *landing) startVM(ctx context.Context, p orchestrator.Prepare, via net.A
 			return fmt.Errorf("hostd: marking the VM incoming: %w", err)
 		}
 		l.rec = r
-		in := &qemu.Incoming{VM: r.q}
+		creds, err := l.h.qemuTLS("")
+		if err != nil {
+			return err
+		}
+		in := &qemu.Incoming{VM: r.q, TLS: creds}
 		host, _, err := net.SplitHostPort(via.String())
 		if err != nil {
 			return fmt.Errorf("hostd: local address %s: %w", via, err)
