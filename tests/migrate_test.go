@@ -55,20 +55,25 @@ var gmigdBinary = sync.OnceValues(func() (string, error) {
 
 // pair is two gmigd daemons on this machine.
 type pair struct {
-	t   *testing.T
-	e   env
-	dir string
-	bin string
-	d   [2]*cluster.Daemon
+	t        *testing.T
+	e        env
+	dir      string
+	bin      string
+	insecure bool // -insecure-migrations instead of mutual TLS
+	d        [2]*cluster.Daemon
 }
 
-func newPair(t *testing.T, ctx context.Context, e env) *pair {
+func newPair(t *testing.T, ctx context.Context, e env) *pair { return newPairTLS(t, ctx, e, true) }
+
+// newPairTLS starts two daemons with mutual TLS between them, or without
+// (-insecure-migrations, plain TCP).
+func newPairTLS(t *testing.T, ctx context.Context, e env, withTLS bool) *pair {
 	t.Helper()
 	bin, err := gmigdBinary()
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &pair{t: t, e: e, dir: t.TempDir(), bin: bin}
+	p := &pair{t: t, e: e, dir: t.TempDir(), bin: bin, insecure: !withTLS}
 	for i := range p.d {
 		p.start(ctx, i)
 	}
@@ -88,7 +93,7 @@ func newPair(t *testing.T, ctx context.Context, e env) *pair {
 func (p *pair) start(ctx context.Context, i int) {
 	p.t.Helper()
 	name := string(rune('a' + i))
-	d, err := cluster.Start(ctx, p.dir, name, cluster.Options{Binary: p.bin, QEMURoot: string(p.e.root), Pool: "128M", LogLevel: "info"})
+	d, err := cluster.Start(ctx, p.dir, name, cluster.Options{Binary: p.bin, QEMURoot: string(p.e.root), Pool: "128M", LogLevel: "info", Insecure: p.insecure})
 	if err != nil {
 		p.t.Fatal(err)
 	}
