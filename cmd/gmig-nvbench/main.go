@@ -18,7 +18,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/gmig-dev/gmig/engine"
+	"github.com/gmig-dev/gmig/engine/nvidia"
 	"github.com/gmig-dev/gmig/internal/bytesize"
 )
 
@@ -35,7 +35,7 @@ func main() {
 			fmt.Fprintln(os.Stderr, "gmig-nvbench:", err)
 			os.Exit(1)
 		}
-		engine.SetKernelsPTX(b)
+		nvidia.SetKernelsPTX(b)
 	}
 	cmds := map[string]func([]string) error{"hash": cmdHash, "aperture": cmdAperture, "migrate": cmdMigrate}
 	run, ok := cmds[os.Args[1]]
@@ -101,8 +101,8 @@ func newLog(level string) (zerolog.Logger, error) {
 	return zerolog.New(os.Stderr).Level(l).With().Timestamp().Logger(), nil
 }
 
-func openGPU() (*engine.GPU, error) {
-	g, err := engine.OpenGPU(0)
+func openGPU() (*nvidia.GPU, error) {
+	g, err := nvidia.OpenGPU(0)
 	if err != nil {
 		return nil, err
 	}

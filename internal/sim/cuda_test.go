@@ -20,7 +20,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gmig-dev/gmig/abi"
-	"github.com/gmig-dev/gmig/engine"
+	"github.com/gmig-dev/gmig/engine/nvidia"
 	"github.com/gmig-dev/gmig/guest"
 	"github.com/gmig-dev/gmig/internal/cuda"
 	"github.com/gmig-dev/gmig/internal/pool"
@@ -34,7 +34,7 @@ func TestMain(m *testing.M) {
 		if err != nil {
 			panic(err)
 		}
-		engine.SetKernelsPTX(b)
+		nvidia.SetKernelsPTX(b)
 	}
 	os.Exit(m.Run())
 }

@@ -1,10 +1,10 @@
-package engine
+package nvidia
 
 import "github.com/gmig-dev/gmig/internal/cuda"
 
 // gpuDevice is what the NVIDIA back end and the GPU hasher use of a CUDA
 // device: *cuda.Device through cudaDevice, or a software model of one in
-// tests (nvidia_test.go), which lets the back end's bookkeeping run and be
+// tests (model.go), which lets the back end's bookkeeping run and be
 // checked under the race detector on machines without a GPU.
 type gpuDevice interface {
 	NewStream() (cuda.Stream, error)

@@ -1,9 +1,10 @@
-package engine
+package nvidia
 
 import (
 	"fmt"
 	"math"
 
+	"github.com/gmig-dev/gmig/engine/cpuref"
 	"github.com/gmig-dev/gmig/gtt"
 )
 
@@ -27,13 +28,13 @@ func (b *NVIDIA) Copy(dst, src []gtt.Extent) error {
 		return err
 	}
 	if dn != sn {
-		return fmt.Errorf("%w: copy of %d bytes into %d", ErrBounds, sn, dn)
+		return fmt.Errorf("%w: copy of %d bytes into %d", cpuref.ErrBounds, sn, dn)
 	}
 	if dn == 0 {
 		return nil
 	}
-	selfAlias := aliased(dst)
-	if overlaps(dst, src) || selfAlias {
+	selfAlias := cpuref.Aliased(dst)
+	if cpuref.Overlaps(dst, src) || selfAlias {
 		// memmove: every source byte is read before any is written, and
 		// aliased destinations are written in graphics-address order.
 		if err := b.ensureScratch(sn); err != nil {
@@ -72,7 +73,7 @@ func (b *NVIDIA) Fill(dst []gtt.Extent, pattern uint32) error {
 		}
 		k += s.n
 	}
-	if err := b.runPieces(b.g.fn.fillPieces, ps, aliased(dst), uint64(pattern)); err != nil {
+	if err := b.runPieces(b.g.fn.fillPieces, ps, cpuref.Aliased(dst), uint64(pattern)); err != nil {
 		return err
 	}
 	return b.markWritten(ds)
@@ -85,7 +86,7 @@ func (b *NVIDIA) Write(dst []gtt.Extent, src []byte) error {
 		return err
 	}
 	if n != uint64(len(src)) {
-		return fmt.Errorf("%w: write of %d bytes into %d", ErrBounds, len(src), n)
+		return fmt.Errorf("%w: write of %d bytes into %d", cpuref.ErrBounds, len(src), n)
 	}
 	// Bytes of these pages still pending on the device go back first; the
 	// host write then supersedes whatever it covers.
@@ -106,7 +107,7 @@ func (b *NVIDIA) Read(dst []byte, src []gtt.Extent) error {
 		return err
 	}
 	if n != uint64(len(dst)) {
-		return fmt.Errorf("%w: read of %d bytes into %d", ErrBounds, n, len(dst))
+		return fmt.Errorf("%w: read of %d bytes into %d", cpuref.ErrBounds, n, len(dst))
 	}
 	if err := b.writeBackSpans(ss); err != nil {
 		return err
@@ -138,7 +139,7 @@ func (b *NVIDIA) gatherInputs(need uint64, ins [][]span, offs []uint64) error {
 // scatterOutput copies the kernel output at scratch offset off over out's
 // mirror bytes and marks them written.
 func (b *NVIDIA) scatterOutput(off uint64, out []span, xs []gtt.Extent) error {
-	if err := b.runPieces(b.g.fn.copyPieces, b.scatterPieces(nil, uint64(b.scratch)+off, out), aliased(xs)); err != nil {
+	if err := b.runPieces(b.g.fn.copyPieces, b.scatterPieces(nil, uint64(b.scratch)+off, out), cpuref.Aliased(xs)); err != nil {
 		return err
 	}
 	return b.markWritten(out)
@@ -146,7 +147,7 @@ func (b *NVIDIA) scatterOutput(off uint64, out []span, xs []gtt.Extent) error {
 
 func (b *NVIDIA) Saxpy(n uint64, a float32, x, y []gtt.Extent) error {
 	b.stats.Commands.Add(1)
-	nb, err := wordBytes(n)
+	nb, err := cpuref.WordBytes(n)
 	if err != nil {
 		return err
 	}
@@ -159,7 +160,7 @@ func (b *NVIDIA) Saxpy(n uint64, a float32, x, y []gtt.Extent) error {
 		return err
 	}
 	if xn != nb || yn != nb {
-		return fmt.Errorf("%w: saxpy of %d bytes over buffers of %d and %d", ErrBounds, nb, xn, yn)
+		return fmt.Errorf("%w: saxpy of %d bytes over buffers of %d and %d", cpuref.ErrBounds, nb, xn, yn)
 	}
 	if n == 0 {
 		return nil
@@ -177,7 +178,7 @@ func (b *NVIDIA) Saxpy(n uint64, a float32, x, y []gtt.Extent) error {
 
 func (b *NVIDIA) Stencil(w, h uint32, in, out []gtt.Extent) error {
 	b.stats.Commands.Add(1)
-	nb, err := gridBytes(w, h)
+	nb, err := cpuref.GridBytes(w, h)
 	if err != nil {
 		return err
 	}
@@ -190,7 +191,7 @@ func (b *NVIDIA) Stencil(w, h uint32, in, out []gtt.Extent) error {
 		return err
 	}
 	if in_ != nb || on != nb {
-		return fmt.Errorf("%w: %dx%d stencil over buffers of %d and %d", ErrBounds, w, h, in_, on)
+		return fmt.Errorf("%w: %dx%d stencil over buffers of %d and %d", cpuref.ErrBounds, w, h, in_, on)
 	}
 	if nb == 0 {
 		return nil
@@ -208,7 +209,7 @@ func (b *NVIDIA) Stencil(w, h uint32, in, out []gtt.Extent) error {
 
 func (b *NVIDIA) Render(w, h uint32, frame uint64, fb []gtt.Extent) error {
 	b.stats.Commands.Add(1)
-	nb, err := gridBytes(w, h)
+	nb, err := cpuref.GridBytes(w, h)
 	if err != nil {
 		return err
 	}
@@ -217,7 +218,7 @@ func (b *NVIDIA) Render(w, h uint32, frame uint64, fb []gtt.Extent) error {
 		return err
 	}
 	if fn != nb {
-		return fmt.Errorf("%w: %dx%d framebuffer over %d bytes", ErrBounds, w, h, fn)
+		return fmt.Errorf("%w: %dx%d framebuffer over %d bytes", cpuref.ErrBounds, w, h, fn)
 	}
 	if nb == 0 {
 		return nil

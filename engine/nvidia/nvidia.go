@@ -1,4 +1,4 @@
-package engine
+package nvidia
 
 import (
 	"errors"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/gmig-dev/gmig/engine/cpuref"
 	"github.com/gmig-dev/gmig/gtt"
 	"github.com/gmig-dev/gmig/internal/cuda"
 )
@@ -103,19 +104,16 @@ const (
 	tablePieces = 1 << 16  // pieces per launch (1.5 MiB pinned)
 )
 
-// ErrNoModules is wrapped by a back end's refusal of guest modules.
-var ErrNoModules = errors.New("engine: this back end runs no guest modules")
-
 // NewNVIDIA returns an NVIDIA back end over cfg.Window: it page-locks and
 // maps the window for the device, and creates the device mirror (at any
 // device address; Place moves it).
 func NewNVIDIA(cfg NVIDIAConfig) (*NVIDIA, error) {
 	if cfg.GPU == nil {
-		return nil, errors.New("engine: NVIDIA back end without a GPU")
+		return nil, errors.New("nvidia: NVIDIA back end without a GPU")
 	}
 	n := uint64(len(cfg.Window))
 	if n == 0 || n%pageBytes != 0 {
-		return nil, fmt.Errorf("engine: NVIDIA back end over a window of %d bytes (want whole pages)", n)
+		return nil, fmt.Errorf("nvidia: NVIDIA back end over a window of %d bytes (want whole pages)", n)
 	}
 	b := &NVIDIA{g: cfg.GPU, dev: cfg.GPU.ops, cfg: cfg, size: n, pend: newPending(int(n / pageBytes))}
 	b.log = cfg.Log.With().Str("gpu", cfg.GPU.Info().PCIBusID).Logger()
@@ -126,7 +124,7 @@ func NewNVIDIA(cfg NVIDIAConfig) (*NVIDIA, error) {
 	if cfg.Modules {
 		b.mods = newModuleSet()
 	}
-	b.log.Debug().Uint64("bytes", n).Uint64("mirror", uint64(b.mirror.Addr())).Msg("engine: NVIDIA back end ready")
+	b.log.Debug().Uint64("bytes", n).Uint64("mirror", uint64(b.mirror.Addr())).Msg("nvidia: NVIDIA back end ready")
 	return b, nil
 }
 
@@ -136,10 +134,10 @@ func (b *NVIDIA) open() error {
 		return err
 	}
 	if b.host, err = b.dev.HostRegister(b.cfg.Window); err != nil {
-		return fmt.Errorf("engine: page-locking the %d-byte window: %w", b.size, err)
+		return fmt.Errorf("nvidia: page-locking the %d-byte window: %w", b.size, err)
 	}
 	if b.mirror, err = b.dev.NewMapping(b.size, 0); err != nil {
-		return fmt.Errorf("engine: mapping %d bytes of device memory: %w", b.size, err)
+		return fmt.Errorf("nvidia: mapping %d bytes of device memory: %w", b.size, err)
 	}
 	if b.tableRaw, b.tableDev, err = b.dev.AllocHostMapped(tablePieces * 24); err != nil {
 		return err
@@ -216,7 +214,7 @@ func (b *NVIDIA) spans(xs []gtt.Extent) ([]span, uint64, error) {
 			continue
 		}
 		if x.Off < b.cfg.WindowOff || x.Off-b.cfg.WindowOff > b.size || x.Len > b.size-(x.Off-b.cfg.WindowOff) {
-			return nil, 0, fmt.Errorf("%w: [%#x, +%#x) outside the window [%#x, +%#x)", ErrBounds, x.Off, x.Len, b.cfg.WindowOff, b.size)
+			return nil, 0, fmt.Errorf("%w: [%#x, +%#x) outside the window [%#x, +%#x)", cpuref.ErrBounds, x.Off, x.Len, b.cfg.WindowOff, b.size)
 		}
 		out = append(out, span{x.Off - b.cfg.WindowOff, x.Len})
 		total += x.Len
@@ -360,7 +358,7 @@ func (b *NVIDIA) ensureScratch(n uint64) error {
 	size := max(n, 1<<20)
 	p, err := b.dev.Alloc(size)
 	if err != nil {
-		return fmt.Errorf("engine: %d bytes of device scratch: %w", size, err)
+		return fmt.Errorf("nvidia: %d bytes of device scratch: %w", size, err)
 	}
 	b.scratch, b.scratchSize = p, size
 	return nil

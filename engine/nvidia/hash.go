@@ -1,4 +1,4 @@
-package engine
+package nvidia
 
 import (
 	"fmt"
@@ -56,7 +56,7 @@ func (g *GPU) NewHostHasher(mem []byte) (*GPUHasher, error) {
 
 func (g *GPU) newHasher(base cuda.DevPtr, host []byte, pages int, where string) (*GPUHasher, error) {
 	if pages <= 0 {
-		return nil, fmt.Errorf("engine: hasher over %d pages", pages)
+		return nil, fmt.Errorf("nvidia: hasher over %d pages", pages)
 	}
 	batch := min(pages, hashBatch)
 	if host != nil {
@@ -114,11 +114,11 @@ func (h *GPUHasher) HashPages(pages []int, out []uint64) error {
 		n = len(pages)
 	}
 	if len(out) < n {
-		return fmt.Errorf("engine: %d hashes wanted into %d slots", n, len(out))
+		return fmt.Errorf("nvidia: %d hashes wanted into %d slots", n, len(out))
 	}
 	for _, p := range pages {
 		if p < 0 || p >= h.pages {
-			return fmt.Errorf("engine: page %d out of range [0, %d)", p, h.pages)
+			return fmt.Errorf("nvidia: page %d out of range [0, %d)", p, h.pages)
 		}
 	}
 	if h.host != nil {
@@ -244,7 +244,7 @@ func (h *GPUHasher) hashHost(pages []int, n int, out []uint64) error {
 // the kernel alone.
 func (h *GPUHasher) HashInto(out cuda.DevPtr) error {
 	if h.host != nil {
-		return fmt.Errorf("engine: HashInto over host memory")
+		return fmt.Errorf("nvidia: HashInto over host memory")
 	}
 	grid := uint32((4*uint64(h.pages) + blockThreads - 1) / blockThreads)
 	if err := h.g.ops.Launch(h.g.fn.hashPages, grid, blockThreads, h.stream, uint64(h.base), 0, uint64(h.pages), uint64(out)); err != nil {

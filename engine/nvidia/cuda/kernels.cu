@@ -1,12 +1,12 @@
 // gmig's NVIDIA back-end kernels (docs/nvidia.md). Built on a machine with
 // the CUDA toolkit by build.sh into kernels.ptx, which is committed and
-// embedded in package engine: no gmig build needs nvcc.
+// embedded in package engine/nvidia: no gmig build needs nvcc.
 //
 // Every float kernel follows docs/device-abi.md §7 bit for bit: binary32,
 // round-to-nearest-even after every operation (__fmul_rn/__fadd_rn, which
 // nvcc never contracts into an FMA), denormals kept (no -ftz), and every
 // computed NaN stored as the canonical 0x7fffffff, exactly as the software
-// back end (engine/software.go: saxpy, stencilRows, renderPixels).
+// back end (engine/cpuref: Saxpy, StencilRows, RenderPixels).
 //
 // Kernels take 64-bit element counts and grid-stride loops, so any grid
 // size is correct; the host picks one that fills the device.

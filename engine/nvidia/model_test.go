@@ -1,4 +1,4 @@
-package engine
+package nvidia
 
 import (
 	"math/rand/v2"
@@ -8,25 +8,10 @@ import (
 	"github.com/gmig-dev/gmig/dirty"
 )
 
-func TestNVIDIAModelMatchesSoftware(t *testing.T) {
-	g := newModelGPU()
-	runDifferential(t, func(t testing.TB, window []byte, wb WriteBack) *NVIDIA {
-		return newNVIDIAOn(t, g, window, wb, false)
-	}, make([]byte, 8<<20))
-}
-
-func TestNVIDIAModelEngine(t *testing.T) {
-	runEngineModel(t, withNVIDIAOn(newModelGPU(), false))
-}
-
-func TestNVIDIAModelGuestModule(t *testing.T) {
-	runGuestModule(t, withNVIDIAOn(newModelGPU(), true))
-}
-
 // TestGPUHasherModel checks the hasher's batching and host staging on the
 // model: pages spanning several staging chunks, lists out of order.
 func TestGPUHasherModel(t *testing.T) {
-	g := newModelGPU()
+	g := NewModelGPU()
 	pages := 2*stagePages + 100
 	host := make([]byte, pages*pageBytes)
 	rng := rand.New(rand.NewPCG(5, 6))

@@ -1,4 +1,4 @@
-package engine
+package nvidia
 
 // A software model of a CUDA device (gpuDevice): device addresses name Go
 // byte slices, kernels.cu's kernels are played in Go. The NVIDIA back end
@@ -19,6 +19,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/gmig-dev/gmig/engine/cpuref"
 	"github.com/gmig-dev/gmig/internal/cuda"
 )
 
@@ -48,8 +49,10 @@ type modelDevice struct {
 	mapped  map[cuda.DevPtr]bool // mappings' bases (for Move)
 }
 
-// newModelGPU returns a GPU backed by the model.
-func newModelGPU() *GPU {
+// NewModelGPU returns a GPU backed by the software model of a CUDA device:
+// the NVIDIA back end on it runs everywhere, for tests (engine's among
+// them) on machines without a GPU.
+func NewModelGPU() *GPU {
 	d := &modelDevice{next: 0x7f0000000000, mapped: map[cuda.DevPtr]bool{}}
 	return &GPU{ops: d, fill: 8, fn: gpuKernels{
 		copyPieces: mCopy, fillPieces: mFill, saxpy: mSaxpy, stencil: mStencil,
@@ -187,7 +190,7 @@ func (d *modelDevice) UnloadModule(cuda.Module) error { return nil }
 // model, except that a grid of one block for the piece kernels is what
 // orders pieces: the model always runs them in order).
 func (d *modelDevice) Launch(f cuda.Function, _, _ uint32, _ cuda.Stream, a ...uint64) error {
-	u32 := func(b []byte) []uint32 { return u32View(b) }
+	u32 := func(b []byte) []uint32 { return cpuref.U32View(b) }
 	switch f {
 	case mCopy, mFill:
 		tab := d.at(a[0], 24*a[1])
@@ -204,18 +207,18 @@ func (d *modelDevice) Launch(f cuda.Function, _, _ uint32, _ cuda.Stream, a ...u
 			}
 			var pat [4]byte
 			binary.LittleEndian.PutUint32(pat[:], uint32(a[2]))
-			fillBytes(d.at(dst, n), pat, int(src&3))
+			cpuref.FillBytes(d.at(dst, n), pat, int(src&3))
 		}
 	case mSaxpy:
 		n := a[0]
-		saxpy(math.Float32frombits(uint32(a[1])), f32View(d.at(a[2], 4*n)), f32View(d.at(a[3], 4*n)))
+		cpuref.Saxpy(math.Float32frombits(uint32(a[1])), cpuref.F32View(d.at(a[2], 4*n)), cpuref.F32View(d.at(a[3], 4*n)))
 	case mStencil:
 		w, h := int(a[0]), int(a[1])
 		n := uint64(4 * w * h)
-		stencilRows(w, h, 0, h, f32View(d.at(a[2], n)), 0, f32View(d.at(a[3], n)))
+		cpuref.StencilRows(w, h, 0, h, cpuref.F32View(d.at(a[2], n)), 0, cpuref.F32View(d.at(a[3], n)))
 	case mRender:
 		w, h := uint32(a[0]), uint32(a[1])
-		renderPixels(w, 0, uint32(a[2]), u32(d.at(a[3], 4*uint64(w)*uint64(h))))
+		cpuref.RenderPixels(w, 0, uint32(a[2]), u32(d.at(a[3], 4*uint64(w)*uint64(h))))
 	case mHash:
 		base, list, n, out := a[0], a[1], a[2], a[3]
 		outs := d.at(out, 8*n)

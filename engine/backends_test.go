@@ -1,42 +1,18 @@
 package engine
 
-// Checks of the NVIDIA back end shared by the software model of a device
-// (nvidia_model_test.go, every build) and a real GPU (nvidia_cuda_test.go,
-// -tags cuda).
+// Checks every back end must pass, run by the back ends' own tests through
+// export_test.go: the same bytes as the software back end, the engine's
+// model test through the ring, guest modules across a save and restore.
 
 import (
 	"bytes"
-	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
 
 	"github.com/gmig-dev/gmig/abi"
-	"github.com/gmig-dev/gmig/dirty"
 	"github.com/gmig-dev/gmig/gtt"
 )
-
-// newNVIDIAOn makes an NVIDIA back end on g over window, closed with the test.
-func newNVIDIAOn(t testing.TB, g *GPU, window []byte, wb WriteBack, modules bool) *NVIDIA {
-	t.Helper()
-	b, err := NewNVIDIA(NVIDIAConfig{GPU: g, Window: window, WriteBack: wb, Modules: modules})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := b.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	return b
-}
-
-// withNVIDIAOn runs a harness on an NVIDIA back end on g over its pool.
-func withNVIDIAOn(g *GPU, modules bool) harnessOpt {
-	return func(h *harness, c *Config) {
-		c.Backend = newNVIDIAOn(h.t, g, h.pool, WriteBackFence, modules)
-	}
-}
 
 // specialFloats are values whose arithmetic tests rounding, denormals,
 // infinities, signed zeros and NaN payloads.
@@ -58,98 +34,91 @@ func randSpecialFloats(rng *rand.Rand, b []byte) {
 
 // runDifferential runs the same random operations, extents
 // fragmented, unaligned, overlapping and aliased, on the software back end
-// and on the NVIDIA back end over identical memories, and requires the
-// same bytes: after every Read, and of the whole memory after every Sync.
-// Both write-back policies.
-func runDifferential(t *testing.T, newNV func(t testing.TB, window []byte, wb WriteBack) *NVIDIA, win []byte) {
-	for _, wb := range []WriteBack{WriteBackFence, WriteBackCommand} {
-		t.Run(fmt.Sprint("writeback", wb), func(t *testing.T) {
-			size := uint64(len(win))
-			rng := rand.New(rand.NewPCG(42, uint64(wb)))
-			swMem := make([]byte, size)
-			randSpecialFloats(rng, swMem)
-			copy(win, swMem)
-			sw, nv := NewSoftware(swMem), newNV(t, win, wb)
-			both := func(name string, f func(Backend) error) {
-				t.Helper()
-				e1, e2 := f(sw), f(nv)
-				if (e1 == nil) != (e2 == nil) {
-					t.Fatalf("%s: software %v, nvidia %v", name, e1, e2)
-				}
+// and on the back end newB makes over win (another back end over identical
+// memory; seed varies the operations), and requires the same bytes: after
+// every Read, and of the whole memory after every Sync.
+func runDifferential(t *testing.T, newB func(t testing.TB, window []byte) Backend, win []byte, seed uint64) {
+	size := uint64(len(win))
+	rng := rand.New(rand.NewPCG(42, seed))
+	swMem := make([]byte, size)
+	randSpecialFloats(rng, swMem)
+	copy(win, swMem)
+	sw, nv := NewSoftware(swMem), newB(t, win)
+	both := func(name string, f func(Backend) error) {
+		t.Helper()
+		e1, e2 := f(sw), f(nv)
+		if (e1 == nil) != (e2 == nil) {
+			t.Fatalf("%s: software %v, %s %v", name, e1, nv.Name(), e2)
+		}
+	}
+	for round := range 300 {
+		pl := newPlacer(rng, size)
+		switch op := rng.IntN(9); op {
+		case 0: // copy, disjoint or overlapping
+			n := 1 + rng.Uint64N(50000)
+			src := pl.place(n, 1)
+			dst := pl.place(n, 1)
+			if rng.IntN(3) == 0 { // overlap: dst shifted inside src's slots
+				dst = sliceExtents(append(append([]gtt.Extent{}, src...), pl.place(64, 1)...), rng.Uint64N(64), n)
 			}
-			for round := range 300 {
-				pl := newPlacer(rng, size)
-				switch op := rng.IntN(9); op {
-				case 0: // copy, disjoint or overlapping
-					n := 1 + rng.Uint64N(50000)
-					src := pl.place(n, 1)
-					dst := pl.place(n, 1)
-					if rng.IntN(3) == 0 { // overlap: dst shifted inside src's slots
-						dst = sliceExtents(append(append([]gtt.Extent{}, src...), pl.place(64, 1)...), rng.Uint64N(64), n)
-					}
-					both("copy", func(b Backend) error { return b.Copy(dst, src) })
-				case 1:
-					n := 4 * (1 + rng.Uint64N(20000))
-					dst := pl.place(n, 4)
-					p := rng.Uint32()
-					both("fill", func(b Backend) error { return b.Fill(dst, p) })
-				case 2:
-					n := 1 + rng.Uint64N(30000)
-					dst := pl.place(n, 1)
-					data := randBytes(rng, int(n))
-					both("write", func(b Backend) error { return b.Write(dst, data) })
-				case 3, 4:
-					n := 1 + rng.Uint64N(20000)
-					x, y := pl.place(4*n, 4), pl.place(4*n, 4)
-					if rng.IntN(4) == 0 { // y shares host memory with x
-						y = sliceExtents(append(append([]gtt.Extent{}, x...), pl.place(4*n, 4)...), 4*rng.Uint64N(n), 4*n)
-					}
-					a := math.Float32frombits(specialFloats[rng.IntN(len(specialFloats))])
-					if rng.IntN(2) == 0 {
-						a = float32(rng.NormFloat64())
-					}
-					both("saxpy", func(b Backend) error { return b.Saxpy(n, a, x, y) })
-				case 5:
-					w, h := uint32(1+rng.IntN(200)), uint32(1+rng.IntN(200))
-					in, out := pl.place(uint64(4*w*h), 4), pl.place(uint64(4*w*h), 4)
-					both("stencil", func(b Backend) error { return b.Stencil(w, h, in, out) })
-				case 6:
-					w, h := uint32(1+rng.IntN(300)), uint32(1+rng.IntN(300))
-					fb := pl.place(uint64(4*w*h), 4)
-					frame := rng.Uint64()
-					both("render", func(b Backend) error { return b.Render(w, h, frame, fb) })
-				case 7:
-					n := 1 + rng.Uint64N(40000)
-					src := pl.place(n, 1)
-					g1, g2 := make([]byte, n), make([]byte, n)
-					if err := sw.Read(g1, src); err != nil {
-						t.Fatal(err)
-					}
-					if err := nv.Read(g2, src); err != nil {
-						t.Fatal(err)
-					}
-					if i := firstDiffAt(g1, g2); i >= 0 {
-						t.Fatalf("round %d: read differs at byte %d: software %#x, nvidia %#x", round, i, g1[i], g2[i])
-					}
-				case 8:
-					if err := nv.Sync(); err != nil {
-						t.Fatal(err)
-					}
-					if i := firstDiffAt(swMem, win); i >= 0 {
-						t.Fatalf("round %d: memory differs at %#x: software %#x, nvidia %#x", round, i, swMem[i], win[i])
-					}
-				}
+			both("copy", func(b Backend) error { return b.Copy(dst, src) })
+		case 1:
+			n := 4 * (1 + rng.Uint64N(20000))
+			dst := pl.place(n, 4)
+			p := rng.Uint32()
+			both("fill", func(b Backend) error { return b.Fill(dst, p) })
+		case 2:
+			n := 1 + rng.Uint64N(30000)
+			dst := pl.place(n, 1)
+			data := randBytes(rng, int(n))
+			both("write", func(b Backend) error { return b.Write(dst, data) })
+		case 3, 4:
+			n := 1 + rng.Uint64N(20000)
+			x, y := pl.place(4*n, 4), pl.place(4*n, 4)
+			if rng.IntN(4) == 0 { // y shares host memory with x
+				y = sliceExtents(append(append([]gtt.Extent{}, x...), pl.place(4*n, 4)...), 4*rng.Uint64N(n), 4*n)
 			}
+			a := math.Float32frombits(specialFloats[rng.IntN(len(specialFloats))])
+			if rng.IntN(2) == 0 {
+				a = float32(rng.NormFloat64())
+			}
+			both("saxpy", func(b Backend) error { return b.Saxpy(n, a, x, y) })
+		case 5:
+			w, h := uint32(1+rng.IntN(200)), uint32(1+rng.IntN(200))
+			in, out := pl.place(uint64(4*w*h), 4), pl.place(uint64(4*w*h), 4)
+			both("stencil", func(b Backend) error { return b.Stencil(w, h, in, out) })
+		case 6:
+			w, h := uint32(1+rng.IntN(300)), uint32(1+rng.IntN(300))
+			fb := pl.place(uint64(4*w*h), 4)
+			frame := rng.Uint64()
+			both("render", func(b Backend) error { return b.Render(w, h, frame, fb) })
+		case 7:
+			n := 1 + rng.Uint64N(40000)
+			src := pl.place(n, 1)
+			g1, g2 := make([]byte, n), make([]byte, n)
+			if err := sw.Read(g1, src); err != nil {
+				t.Fatal(err)
+			}
+			if err := nv.Read(g2, src); err != nil {
+				t.Fatal(err)
+			}
+			if i := firstDiffAt(g1, g2); i >= 0 {
+				t.Fatalf("round %d: read differs at byte %d: software %#x, %s %#x", round, i, g1[i], nv.Name(), g2[i])
+			}
+		case 8:
 			if err := nv.Sync(); err != nil {
 				t.Fatal(err)
 			}
 			if i := firstDiffAt(swMem, win); i >= 0 {
-				t.Fatalf("memory differs at %#x", i)
+				t.Fatalf("round %d: memory differs at %#x: software %#x, %s %#x", round, i, swMem[i], nv.Name(), win[i])
 			}
-			st := nv.Stats()
-			t.Logf("%d ops: %d B read from the window by kernels, %d B written back, %d B gap uploads",
-				st.Commands, st.HostReadBytes, st.WriteBackBytes, st.GapBytes)
-		})
+		}
+	}
+	if err := nv.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if i := firstDiffAt(swMem, win); i >= 0 {
+		t.Fatalf("memory differs at %#x", i)
 	}
 }
 
@@ -165,8 +134,8 @@ func firstDiffAt(a, b []byte) int {
 	return len(a)
 }
 
-// runEngineModel runs the engine's random-program model test on an
-// NVIDIA back end (opt makes it): every command through the ring, checked against
+// runEngineModel runs the engine's random-program model test on the
+// back end opt makes: every command through the ring, checked against
 // the plain-Go model after each batch (quiescing first, which writes back
 // what is pending).
 func runEngineModel(t *testing.T, opt harnessOpt) {
@@ -299,8 +268,13 @@ func runGuestModule(t *testing.T, opt harnessOpt) {
 	if v := le.Uint32(h2.read(ga+40, 4)); v != 5*11 {
 		t.Fatalf("restored module: word 10 = %d, want 55", v)
 	}
-	b1 := h.e.cfg.Backend.(*NVIDIA)
-	b2 := h2.e.cfg.Backend.(*NVIDIA)
+	// A back end that runs guest modules has a device address space.
+	type mirrored interface {
+		MirrorBase() uint64
+		Close() error
+	}
+	b1 := h.e.cfg.Backend.(mirrored)
+	b2 := h2.e.cfg.Backend.(mirrored)
 	t.Logf("source mirror at %#x, destination at %#x (the source's range is in use in this process)", b1.MirrorBase(), b2.MirrorBase())
 
 	// Once the source's mirror is gone its address is free: a restore asks
@@ -311,7 +285,7 @@ func runGuestModule(t *testing.T, opt harnessOpt) {
 		t.Fatal(err)
 	}
 	h2.e.Quiesce()
-	got2, err := b2.Place(va)
+	got2, err := h2.e.cfg.Backend.Place(va)
 	h2.e.Resume()
 	if err != nil {
 		t.Fatal(err)
@@ -324,34 +298,5 @@ func runGuestModule(t *testing.T, opt harnessOpt) {
 	}
 	if got2 != va {
 		t.Errorf("mirror not re-created at the source's device address %#x (at %#x)", va, got2)
-	}
-}
-
-// checkHasher compares a GPU hasher with the xxhash64 of each page (want),
-// over every page and over a page list that repeats and jumps.
-func checkHasher(t *testing.T, h *GPUHasher, want []uint64) {
-	t.Helper()
-	var ph dirty.PageHasher = h
-	got := make([]uint64, len(want))
-	if err := ph.HashPages(nil, got); err != nil {
-		t.Fatal(err)
-	}
-	for p := range got {
-		if got[p] != want[p] {
-			t.Fatalf("%s page %d: GPU %#x, xxhash %#x", h.Name(), p, got[p], want[p])
-		}
-	}
-	list := []int{len(want) - 1, 0, 7, len(want) / 2, 7, 1}
-	got = make([]uint64, len(list))
-	if err := ph.HashPages(list, got); err != nil {
-		t.Fatal(err)
-	}
-	for i, p := range list {
-		if got[i] != want[p] {
-			t.Fatalf("%s list entry %d (page %d): GPU %#x, xxhash %#x", h.Name(), i, p, got[i], want[p])
-		}
-	}
-	if err := ph.HashPages([]int{len(want)}, got); err == nil {
-		t.Fatalf("%s: page out of range accepted", h.Name())
 	}
 }

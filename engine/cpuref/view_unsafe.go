@@ -1,4 +1,4 @@
-package engine
+package cpuref
 
 import (
 	"encoding/binary"
@@ -9,17 +9,17 @@ import (
 // graphics memory can be used in place as float32s and uint32s.
 var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
 
-// f32View returns b as float32s in place when the host is little-endian,
+// F32View returns b as float32s in place when the host is little-endian,
 // b is 4-byte aligned and len(b) is a multiple of 4; otherwise nil.
-func f32View(b []byte) []float32 {
+func F32View(b []byte) []float32 {
 	if !wordView(b) {
 		return nil
 	}
 	return unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/4)
 }
 
-// u32View is f32View for uint32 words.
-func u32View(b []byte) []uint32 {
+// U32View is F32View for uint32 words.
+func U32View(b []byte) []uint32 {
 	if !wordView(b) {
 		return nil
 	}
@@ -31,17 +31,17 @@ func wordView(b []byte) bool {
 		uintptr(unsafe.Pointer(unsafe.SliceData(b)))%4 == 0
 }
 
-// f32Bytes returns the bytes of f in place (host byte order).
-func f32Bytes(f []float32) []byte {
+// F32Bytes returns the bytes of f in place (host byte order).
+func F32Bytes(f []float32) []byte {
 	if len(f) == 0 {
 		return nil
 	}
 	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(f))), 4*len(f))
 }
 
-// swapWords converts between little-endian words and host words in place;
+// SwapWords converts between little-endian words and host words in place;
 // a no-op on little-endian hosts.
-func swapWords(b []byte) {
+func SwapWords(b []byte) {
 	if littleEndian {
 		return
 	}
@@ -50,8 +50,8 @@ func swapWords(b []byte) {
 	}
 }
 
-// f32AsU32 reinterprets float32 scratch as uint32 words in place.
-func f32AsU32(f []float32) []uint32 {
+// F32AsU32 reinterprets float32 scratch as uint32 words in place.
+func F32AsU32(f []float32) []uint32 {
 	if len(f) == 0 {
 		return nil
 	}

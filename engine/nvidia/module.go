@@ -1,9 +1,10 @@
-package engine
+package nvidia
 
 import (
 	"fmt"
 	"slices"
 
+	"github.com/gmig-dev/gmig/engine"
 	"github.com/gmig-dev/gmig/gtt"
 	"github.com/gmig-dev/gmig/internal/cuda"
 )
@@ -56,21 +57,21 @@ func (s *moduleSet) free(dev gpuDevice) error {
 	return first
 }
 
-func (b *NVIDIA) LoadModule(handle uint32, m Module) error {
+func (b *NVIDIA) LoadModule(handle uint32, m engine.Module) error {
 	if b.mods == nil {
-		return fmt.Errorf("%w: guest modules are off for this vGPU", ErrNoModules)
+		return fmt.Errorf("%w: guest modules are off for this vGPU", engine.ErrNoModules)
 	}
 	if _, ok := b.mods.byHandle[handle]; ok {
-		return fmt.Errorf("%w: module handle %d in use in the back end", ErrBadKernel, handle)
+		return fmt.Errorf("%w: module handle %d in use in the back end", engine.ErrBadKernel, handle)
 	}
 	mod, err := b.dev.LoadModule(m.PTX)
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrBadKernel, err)
+		return fmt.Errorf("%w: %w", engine.ErrBadKernel, err)
 	}
 	fn, err := b.dev.Function(mod, m.Entry)
 	if err != nil {
 		_ = b.dev.UnloadModule(mod)
-		return fmt.Errorf("%w: %w", ErrBadKernel, err)
+		return fmt.Errorf("%w: %w", engine.ErrBadKernel, err)
 	}
 	b.mods.byHandle[handle] = &gpuModule{mod: mod, fn: fn, args: m.Args}
 	return nil
@@ -78,11 +79,11 @@ func (b *NVIDIA) LoadModule(handle uint32, m Module) error {
 
 func (b *NVIDIA) UnloadModule(handle uint32) error {
 	if b.mods == nil {
-		return fmt.Errorf("%w: guest modules are off for this vGPU", ErrNoModules)
+		return fmt.Errorf("%w: guest modules are off for this vGPU", engine.ErrNoModules)
 	}
 	m, ok := b.mods.byHandle[handle]
 	if !ok {
-		return fmt.Errorf("%w: no module %d in the back end", ErrBadKernel, handle)
+		return fmt.Errorf("%w: no module %d in the back end", engine.ErrBadKernel, handle)
 	}
 	delete(b.mods.byHandle, handle)
 	return b.dev.UnloadModule(m.mod)
@@ -94,21 +95,21 @@ const maxModuleThreads = 1 << 31
 
 func (b *NVIDIA) LaunchModule(handle uint32, args []uint64) ([]gtt.Extent, error) {
 	if b.mods == nil {
-		return nil, fmt.Errorf("%w: guest modules are off for this vGPU", ErrNoModules)
+		return nil, fmt.Errorf("%w: guest modules are off for this vGPU", engine.ErrNoModules)
 	}
 	m, ok := b.mods.byHandle[handle]
 	if !ok {
-		return nil, fmt.Errorf("%w: no module %d in the back end", ErrBadKernel, handle)
+		return nil, fmt.Errorf("%w: no module %d in the back end", engine.ErrBadKernel, handle)
 	}
 	if uint32(len(args)) != m.args || len(args) == 0 {
-		return nil, fmt.Errorf("%w: module %d takes %d arguments, got %d", ErrBadKernel, handle, m.args, len(args))
+		return nil, fmt.Errorf("%w: module %d takes %d arguments, got %d", engine.ErrBadKernel, handle, m.args, len(args))
 	}
 	threads := args[0]
 	if threads == 0 {
 		return nil, nil
 	}
 	if threads > maxModuleThreads {
-		return nil, fmt.Errorf("%w: %d threads (at most %d)", ErrBadKernel, threads, uint64(maxModuleThreads))
+		return nil, fmt.Errorf("%w: %d threads (at most %d)", engine.ErrBadKernel, threads, uint64(maxModuleThreads))
 	}
 	b.stats.Commands.Add(1)
 	b.stats.ModuleLaunches.Add(1)
@@ -126,10 +127,10 @@ func (b *NVIDIA) LaunchModule(handle uint32, args []uint64) ([]gtt.Extent, error
 	params := append([]uint64{base}, args...)
 	grid := uint32((threads + blockThreads - 1) / blockThreads)
 	if err := b.dev.Launch(m.fn, grid, blockThreads, b.stream, params...); err != nil {
-		return nil, fmt.Errorf("%w: launching module %d: %w", ErrBadKernel, handle, err)
+		return nil, fmt.Errorf("%w: launching module %d: %w", engine.ErrBadKernel, handle, err)
 	}
 	if err := b.dev.Sync(b.stream); err != nil {
-		return nil, fmt.Errorf("%w: module %d: %w", ErrBadKernel, handle, err)
+		return nil, fmt.Errorf("%w: module %d: %w", engine.ErrBadKernel, handle, err)
 	}
 	if err := b.hashMirror(b.mods.after, pages); err != nil {
 		return nil, err
@@ -235,7 +236,7 @@ func (b *NVIDIA) Place(va uint64) (uint64, error) {
 			return uint64(b.mirror.Addr()), err
 		}
 		b.log.Info().Bool("moved", moved).Uint64("asked", va).Uint64("base", uint64(b.mirror.Addr())).
-			Msg("engine: device mirror placement")
+			Msg("nvidia: device mirror placement")
 	}
 	return uint64(b.mirror.Addr()), nil
 }

@@ -1,4 +1,4 @@
-package engine
+package nvidia
 
 // pending records which bytes of graphics memory the NVIDIA back end has
 // written on the device and not yet copied back to the host window (the

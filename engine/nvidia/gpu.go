@@ -1,4 +1,4 @@
-package engine
+package nvidia
 
 import (
 	_ "embed"
@@ -9,7 +9,7 @@ import (
 	"github.com/gmig-dev/gmig/internal/cuda"
 )
 
-// kernelsPTX is engine/cuda/kernels.cu compiled by engine/cuda/build.sh.
+// kernelsPTX is cuda/kernels.cu compiled by cuda/build.sh.
 //
 //go:embed cuda/kernels.ptx
 var kernelsPTX []byte
@@ -40,7 +40,7 @@ var (
 // OpenGPU returns GPU ordinal with gmig's kernels loaded, once per process.
 // Without a driver or a device the error wraps cuda.ErrNoDriver or
 // cuda.ErrNoDevice. With GMIG_CUDA_MODEL=1 in the environment it returns a
-// software model of a GPU instead (nvidia_model.go): for testing the back
+// software model of a GPU instead (model.go): for testing the back
 // end's logic where there is none.
 func OpenGPU(ordinal int) (*GPU, error) {
 	gpuMu.Lock()
@@ -49,7 +49,7 @@ func OpenGPU(ordinal int) (*GPU, error) {
 		return g, nil
 	}
 	if os.Getenv("GMIG_CUDA_MODEL") == "1" {
-		g := newModelGPU()
+		g := NewModelGPU()
 		gpus[ordinal] = g
 		return g, nil
 	}
@@ -63,7 +63,7 @@ func OpenGPU(ordinal int) (*GPU, error) {
 	}
 	info := dev.Info()
 	if !info.VMM || !info.MapHost {
-		return nil, fmt.Errorf("engine: GPU %d (%s) lacks virtual memory management or host mapping", ordinal, info.Name)
+		return nil, fmt.Errorf("nvidia: GPU %d (%s) lacks virtual memory management or host mapping", ordinal, info.Name)
 	}
 	image := kernelsPTX
 	if ptxHook != nil {
@@ -71,7 +71,7 @@ func OpenGPU(ordinal int) (*GPU, error) {
 	}
 	mod, err := dev.LoadModule(image)
 	if err != nil {
-		return nil, fmt.Errorf("engine: loading gmig's kernels: %w", err)
+		return nil, fmt.Errorf("nvidia: loading gmig's kernels: %w", err)
 	}
 	g := &GPU{dev: dev, ops: cudaDevice{dev}, fill: 1024}
 	for _, k := range []struct {
@@ -88,7 +88,7 @@ func OpenGPU(ordinal int) (*GPU, error) {
 	} {
 		if *k.f, err = dev.Function(mod, k.name); err != nil {
 			_ = dev.UnloadModule(mod)
-			return nil, fmt.Errorf("engine: %w", err)
+			return nil, fmt.Errorf("nvidia: %w", err)
 		}
 	}
 	if grid, _, err := dev.Occupancy(g.fn.saxpy); err == nil && grid > 0 {
