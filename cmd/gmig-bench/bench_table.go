@@ -9,7 +9,7 @@ import (
 	"github.com/gmig-dev/gmig/orchestrator"
 )
 
-// The tables gmigd bench prints (aligned text) and writes (markdown): the
+// The tables gmig-bench prints (aligned text) and writes (markdown): the
 // same rows, built once.
 
 // table is a header and rows of cells.
@@ -235,7 +235,7 @@ func writeTables(w io.Writer, f *benchFile) {
 // writeMarkdown writes results.md.
 func writeMarkdown(w io.Writer, f *benchFile) {
 	m := f.Machine
-	fmt.Fprintf(w, "# gmigd bench results\n\n`%s`\n\n%d cores (GOMAXPROCS %d), %d hashing workers, %s; load average %.1f at the start, %.1f at the end; %s to %s.\n",
+	fmt.Fprintf(w, "# gmig-bench results\n\n`%s`\n\n%d cores (GOMAXPROCS %d), %d hashing workers, %s; load average %.1f at the start, %.1f at the end; %s to %s.\n",
 		f.Command, m.Cores, m.GOMAXPROCS, m.Workers, m.Go, m.Load1, m.Load1End,
 		f.Started.Format("2006-01-02 15:04:05"), f.Finished.Format("15:04:05"))
 	for _, t := range tables(f) {

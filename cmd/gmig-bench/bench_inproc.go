@@ -11,6 +11,7 @@ import (
 
 	"github.com/gmig-dev/gmig/guest"
 	"github.com/gmig-dev/gmig/hostd"
+	"github.com/gmig-dev/gmig/internal/inproc"
 	"github.com/gmig-dev/gmig/internal/sim"
 	"github.com/gmig-dev/gmig/internal/vgpu"
 	"github.com/gmig-dev/gmig/orchestrator"
@@ -85,7 +86,7 @@ func (r *refDigests) get(ctx context.Context, c *benchConfig, w guest.WorkloadCo
 		return d, nil
 	}
 	mem := uint64(256 << 20)
-	d, err := referenceDigest(ctx, mem, 0, c.seed, w, steps, c.log)
+	d, err := inproc.ReferenceDigest(ctx, mem, 0, c.seed, w, steps, c.log)
 	if err != nil {
 		return d, err
 	}
@@ -135,14 +136,14 @@ func (c *benchConfig) runInProcCase(ctx context.Context, bc benchCase, n *int, t
 func (c *benchConfig) migrateInProc(ctx context.Context, bc benchCase, v benchVariant, tl benchTimeline, want [32]byte) (benchResult, error) {
 	res := benchResult{Case: bc, Variant: v.String(), Strategy: v.Strategy, Timeline: tl,
 		RateAsked: float64(bc.cfg.StepPages()) * fpsOf(bc.cfg) / 256}
-	p, err := newInProc(bc.Mem+(32<<20), c.log, nil)
+	p, err := inproc.New(bc.Mem+(32<<20), c.log, nil)
 	if err != nil {
 		return res, err
 	}
-	defer p.close()
+	defer p.Close()
 	// A neighbour on the source host, so the vGPU sits at another pool
 	// offset on each side and the remapping is real.
-	if _, err := p.hosts[0].Create(vgpu.Config{Name: "neighbour", MemSize: 1 << 20}); err != nil {
+	if _, err := p.Hosts[0].Create(vgpu.Config{Name: "neighbour", MemSize: 1 << 20}); err != nil {
 		return res, err
 	}
 	var holdCh <-chan struct{}
@@ -151,7 +152,7 @@ func (c *benchConfig) migrateInProc(ctx context.Context, bc benchCase, v benchVa
 		holdCh = ch
 		return ch, err
 	}
-	vm, _, err := p.startVM(p.hosts[0], "bench", bc.Mem, 0, c.seed, bc.cfg, hold)
+	vm, _, err := p.StartVM(p.Hosts[0], "bench", bc.Mem, 0, c.seed, bc.cfg, hold)
 	if err != nil {
 		return res, err
 	}
@@ -171,7 +172,7 @@ func (c *benchConfig) migrateInProc(ctx context.Context, bc benchCase, v benchVa
 	}
 	var atLive guest.WorkloadStats
 	var liveEnd time.Time
-	rep, err := p.migrate(ctx, 0, "bench", hostd.MigrateOptions{
+	rep, err := p.Migrate(ctx, 0, "bench", hostd.MigrateOptions{
 		Precopy: precopy.Options{Strategy: v.Strategy, BackgroundRate: c.bgRate, Workers: c.workers, SerialStop: v.Serial},
 		Progress: func(pr orchestrator.Progress) {
 			switch pr.Phase {
@@ -209,7 +210,7 @@ func (c *benchConfig) migrateInProc(ctx context.Context, bc benchCase, v benchVa
 	if !res.DigestOK {
 		return res, fmt.Errorf("digest %s, reference %s", hex.EncodeToString(got[:8]), hex.EncodeToString(want[:8]))
 	}
-	if dv, err := p.hosts[1].VGPU("bench"); err == nil {
+	if dv, err := p.Hosts[1].VGPU("bench"); err == nil {
 		res.UsedBytes = nonzeroBytes(dv.Memory())
 	}
 	return res, nil

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gmig-dev/gmig/dirty"
+	"github.com/gmig-dev/gmig/internal/inproc"
 )
 
 // overheadResult is the steady-state cost of dirty tracking: the
@@ -44,17 +45,17 @@ func (c *benchConfig) measureOverhead(ctx context.Context) ([]overheadResult, er
 	window := c.overhead / (2 * 2 * overheadPairs)
 	c.statusf("== tracking overhead: %s on %s, %d windows of %v alternating off/on, twice (marks; marks + background re-hash at %d pages/s)\n",
 		w.Spec(), sizeString(c.overheadMem), 2*overheadPairs, window, c.overheadBgRate)
-	p, err := newInProc(c.overheadMem+(32<<20), c.log, nil)
+	p, err := inproc.New(c.overheadMem+(32<<20), c.log, nil)
 	if err != nil {
 		return nil, err
 	}
-	defer p.close()
-	vm, _, err := p.startVM(p.hosts[0], "overhead", c.overheadMem, 0, c.seed, w, nil)
+	defer p.Close()
+	vm, _, err := p.StartVM(p.Hosts[0], "overhead", c.overheadMem, 0, c.seed, w, nil)
 	if err != nil {
 		return nil, err
 	}
 	defer vm.Close()
-	v, err := p.hosts[0].VGPU("overhead")
+	v, err := p.Hosts[0].VGPU("overhead")
 	if err != nil {
 		return nil, err
 	}

@@ -22,10 +22,11 @@ import (
 
 	"github.com/gmig-dev/gmig/guest"
 	"github.com/gmig-dev/gmig/internal/bytesize"
+	"github.com/gmig-dev/gmig/internal/cmdline"
 	"github.com/gmig-dev/gmig/precopy"
 )
 
-// benchConfig is what gmigd bench runs: a matrix of cases (a workload
+// benchConfig is what gmig-bench runs: a matrix of cases (a workload
 // profile on a vGPU of some size, at some dirty rate), each migrated with
 // every strategy from the same seed to the same pause point, in process
 // (two gmigd hosts, the simulated guest) and optionally with real VMs (two
@@ -89,8 +90,8 @@ func sizeString(n uint64) string {
 
 func cmdBench(args []string) error {
 	c := benchConfig{out: os.Stdout, status: os.Stderr}
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	mem := byteSize(1 << 30)
+	fs := flag.NewFlagSet("gmig-bench", flag.ContinueOnError)
+	mem := cmdline.ByteSize(1 << 30)
 	fs.Var(&mem, "mem", "vGPU memory of the profile comparison and the rate sweep")
 	profiles := fs.String("profiles", "render", "workload profiles to compare at -mem, comma-separated (idle, render, stencil, churn, inference, cpu, mixed, or all); settings after a colon: render:rate=300:fps=30")
 	mems := fs.String("mems", "", "memory sweep: vGPU sizes for -mem-profile, comma-separated (e.g. 256M,512M,1G,2G,4G)")
@@ -99,7 +100,7 @@ func cmdBench(args []string) error {
 	rateProfile := fs.String("rate-profile", "churn", "the rate sweep's profile")
 	fs.Float64Var(&c.fill, "fill", 0.75, "fraction of the vGPU's pages the guest fills with resident data before its workload (textures, weights)")
 	fs.Float64Var(&c.fps, "fps", 0, "profile steps (frames) per second of guest time (0: 60)")
-	wmem := byteSize(0)
+	wmem := cmdline.ByteSize(0)
 	fs.Var(&wmem, "workload-mem", "the mix's region (default 2M)")
 	fs.IntVar(&c.steps, "steps", 1000, "the mix (unpaced): steps; pre-copy from a quarter, the pause at half")
 	fs.DurationVar(&c.warmup, "warmup", 500*time.Millisecond, "profiles: guest time before the migration starts")
@@ -113,7 +114,7 @@ func cmdBench(args []string) error {
 	fs.IntVar(&c.workers, "workers", 0, "hashing workers (default GOMAXPROCS)")
 	fs.DurationVar(&c.overhead, "overhead", 0, "measure dirty tracking's steady-state cost for this long (0: skip), alternating off and on")
 	ovProfile := fs.String("overhead-profile", "render:fps=0", "the overhead measurement's workload (unpaced: throughput)")
-	ovMem := byteSize(256 << 20)
+	ovMem := cmdline.ByteSize(256 << 20)
 	fs.Var(&ovMem, "overhead-mem", "the overhead measurement's vGPU memory")
 	fs.IntVar(&c.overheadBgRate, "overhead-background-rate", 16384, "the overhead's second measurement: background re-hash pages/s with the marks")
 	fs.BoolVar(&c.inproc, "inproc", true, "run the in-process matrix (two gmigd hosts in this process, the simulated guest)")
@@ -127,7 +128,7 @@ func cmdBench(args []string) error {
 		return err
 	}
 	var err error
-	if c.log, err = newLogger(*logLevel); err != nil {
+	if c.log, err = cmdline.NewLogger(*logLevel); err != nil {
 		return err
 	}
 	c.mem, c.wmem = uint64(mem), uint64(wmem)
@@ -331,9 +332,9 @@ func (v benchVariant) String() string {
 }
 
 func (c *benchConfig) run(ctx context.Context) error {
-	res := &benchFile{Command: "gmigd bench " + strings.Join(os.Args[min(2, len(os.Args)):], " "), Started: time.Now()}
+	res := &benchFile{Command: commandLine(os.Args), Started: time.Now()}
 	res.Machine = describeMachine(c.workerCount())
-	c.statusf("gmigd bench: %d cores (GOMAXPROCS %d), load %.1f; %d hashing workers\n",
+	c.statusf("gmig-bench: %d cores (GOMAXPROCS %d), load %.1f; %d hashing workers\n",
 		res.Machine.Cores, res.Machine.GOMAXPROCS, res.Machine.Load1, c.workerCount())
 	var cases []benchCase
 	if c.inproc {

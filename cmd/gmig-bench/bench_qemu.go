@@ -15,6 +15,7 @@ import (
 	"github.com/gmig-dev/gmig/hostd"
 	"github.com/gmig-dev/gmig/hostd/qemu"
 	"github.com/gmig-dev/gmig/internal/cluster"
+	"github.com/gmig-dev/gmig/internal/cmdline"
 )
 
 // qemuBenchConfig is the real-VM matrix: two gmigd daemons as processes
@@ -26,6 +27,7 @@ type qemuBenchConfig struct {
 	mems     []uint64
 	profiles []guest.WorkloadConfig
 	cache    string
+	gmigd    string // the gmigd binary the daemons run
 	machine  string
 	ramMB    int
 	warmup   time.Duration
@@ -37,11 +39,28 @@ type qemuBenchConfig struct {
 func (q *qemuBenchConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&q.memsFlag, "qemu-mems", "256M,1G", "-qemu: vGPU sizes")
 	fs.StringVar(&q.profFlag, "qemu-profiles", "render", "-qemu: workload profiles")
-	fs.StringVar(&q.cache, "cache", defaultCache(), "-qemu: the provisioned QEMU root and guest image (make provision guest-image)")
+	fs.StringVar(&q.cache, "cache", cmdline.DefaultCache(), "-qemu: the provisioned QEMU root and guest image (make provision guest-image)")
+	fs.StringVar(&q.gmigd, "gmigd", "", "-qemu: the gmigd binary the two daemons run (default: gmigd beside this program, as make build puts them)")
 	fs.StringVar(&q.machine, "machine", "pc", "-qemu: QEMU machine type: pc or q35")
 	fs.IntVar(&q.ramMB, "qemu-ram", 512, "-qemu: guest RAM in MiB")
 	fs.DurationVar(&q.warmup, "qemu-warmup", 3*time.Second, "-qemu: guest time of workload before the migration starts")
 	fs.DurationVar(&q.budget, "qemu-budget", 40*time.Second, "-qemu: guest time the workload runs after the warm-up (the migration must fit; the digest comes at its end)")
+}
+
+// gmigdBinary is -gmigd, or gmigd beside this program.
+func (q *qemuBenchConfig) gmigdBinary() (string, error) {
+	if q.gmigd != "" {
+		return q.gmigd, nil
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("finding gmigd beside this program: %w", err)
+	}
+	p := filepath.Join(filepath.Dir(self), "gmigd")
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("no gmigd beside this program (make build, or -gmigd): %w", err)
+	}
+	return p, nil
 }
 
 // cases is the real-VM matrix.
@@ -93,7 +112,7 @@ func (c *benchConfig) runQEMUCase(ctx context.Context, bc benchCase, n *int, tot
 	if err != nil {
 		return nil, err
 	}
-	self, err := os.Executable()
+	gmigd, err := c.qemuCfg.gmigdBinary()
 	if err != nil {
 		return nil, err
 	}
@@ -105,7 +124,7 @@ func (c *benchConfig) runQEMUCase(ctx context.Context, bc benchCase, n *int, tot
 	pool := strconv.FormatUint((bc.Mem+(64<<20))>>20, 10) + "M"
 	var daemons [2]*cluster.Daemon
 	for i, name := range []string{"a", "b"} {
-		d, err := cluster.Start(ctx, dir, name, cluster.Options{Binary: self, QEMURoot: string(root), Pool: pool, LogLevel: c.log.GetLevel().String()})
+		d, err := cluster.Start(ctx, dir, name, cluster.Options{Binary: gmigd, QEMURoot: string(root), Pool: pool, LogLevel: c.log.GetLevel().String()})
 		if err != nil {
 			return nil, err
 		}

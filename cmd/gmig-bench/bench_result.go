@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/gmig-dev/gmig/dirty"
@@ -13,7 +14,7 @@ import (
 	"github.com/gmig-dev/gmig/precopy"
 )
 
-// benchFile is everything one gmigd bench run measured: results.json.
+// benchFile is everything one gmig-bench run measured: results.json.
 type benchFile struct {
 	Command  string           `json:"command"`
 	Started  time.Time        `json:"started"`
@@ -171,3 +172,28 @@ func (c *benchConfig) save(f *benchFile) error {
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func mibs(n uint64) float64 { return float64(n) / (1 << 20) }
+
+// commandLine is the command as results.json and results.md record it:
+// "gmig-bench" and its arguments, with every absolute path (an argument,
+// or a flag's value after "=") relative to the working directory, so that
+// a record committed with the results names no machine's directories.
+func commandLine(args []string) string {
+	out := []string{"gmig-bench"}
+	wd, err := os.Getwd()
+	for _, a := range args[min(1, len(args)):] {
+		name, val, isFlag := strings.Cut(a, "=")
+		if !isFlag {
+			name, val = "", a
+		}
+		if err == nil && filepath.IsAbs(val) {
+			if rel, rerr := filepath.Rel(wd, val); rerr == nil {
+				val = rel
+			}
+		}
+		if isFlag {
+			val = name + "=" + val
+		}
+		out = append(out, val)
+	}
+	return strings.Join(out, " ")
+}

@@ -27,7 +27,7 @@ func fakeResult(variant string, st precopy.Strategy, run int, scan, transfer tim
 // TestBenchOutput checks the JSON, the markdown tables and the medians
 // and ratios they show.
 func TestBenchOutput(t *testing.T) {
-	f := &benchFile{Command: "gmigd bench -test", Machine: benchMachine{Cores: 2, GOMAXPROCS: 2}}
+	f := &benchFile{Command: "gmig-bench -test", Machine: benchMachine{Cores: 2, GOMAXPROCS: 2}}
 	f.Results = []benchResult{
 		fakeResult("oneshot", precopy.OneShot, 1, 30*time.Millisecond, 10*time.Millisecond, 100),
 		fakeResult("oneshot", precopy.OneShot, 2, 90*time.Millisecond, 10*time.Millisecond, 100), // an outlier
