@@ -173,25 +173,12 @@ func workloadMigrations(ctx context.Context, log zerolog.Logger, mem uint64, ste
 			verdict = "DIFFERS from the reference"
 		}
 		fmt.Printf("%-9s source pool offset %#x -> destination %#x: stop %.2f ms (%d pages at the stop, %s); final digest %s %s\n",
-			st, srcOff, dstOff, ms(rep.Stop.Total), rep.Stop.DirtyPages, bySource(rep.Stop.BySource), hex.EncodeToString(sum[:8]), verdict)
+			st, srcOff, dstOff, ms(rep.Stop.Total), rep.Stop.DirtyPages, dirty.DescribeBySource(rep.Stop.BySource), hex.EncodeToString(sum[:8]), verdict)
 		if sum != ref {
 			return fmt.Errorf("%s: digest %x, reference %x", st, sum, ref)
 		}
 	}
 	return nil
-}
-
-func bySource(n [dirty.NumSources]int) string {
-	var parts []string
-	for s, c := range n {
-		if c > 0 {
-			parts = append(parts, fmt.Sprintf("%s %d", dirty.Source(s), c))
-		}
-	}
-	if len(parts) == 0 {
-		return "none"
-	}
-	return strings.Join(parts, ", ")
 }
 
 func workloadMigrateOnce(ctx context.Context, log zerolog.Logger, mem uint64, wcfg guest.WorkloadConfig, steps int, seed int64,
@@ -341,7 +328,7 @@ func downtimeMatrix(ctx context.Context, log zerolog.Logger, ss []uint64, fracs 
 				p, s := r.rep.Precopy, r.rep.Stop
 				fmt.Fprintf(tw, "%s\t%g%%\t%s\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%d\t%.1f\t%s\t%.1f\t%.0f\t%.0f\t%.1f\t%v\t\n",
 					fmtSize(size), 100*f, strat, ms(r.total), ms(s.Quiesce), ms(s.Scan), ms(s.Transfer), ms(s.Restore), ms(s.Replay), ms(s.Other()),
-					ms(r.attach), ms(r.resume), s.DirtyPages, float64(s.Bytes)/(1<<20), bySource(s.BySource), float64(r.writeBack)/(1<<20),
+					ms(r.attach), ms(r.resume), s.DirtyPages, float64(s.Bytes)/(1<<20), dirty.DescribeBySource(s.BySource), float64(r.writeBack)/(1<<20),
 					ms(p.Duration), float64(p.Bytes)/(1<<20), r.rep.HashRate/1e9, r.same)
 				if !r.same {
 					return fmt.Errorf("%s: destination memory differs from the source's", strat)
