@@ -29,13 +29,9 @@ func main() {
 		fmt.Fprintln(os.Stderr, usage)
 		os.Exit(2)
 	}
-	if p := os.Getenv("GMIG_CUDA_PTX"); p != "" {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "gmig-nvbench:", err)
-			os.Exit(1)
-		}
-		nvidia.SetKernelsPTX(b)
+	if err := nvidia.KernelsFromEnv(); err != nil {
+		fmt.Fprintln(os.Stderr, "gmig-nvbench:", err)
+		os.Exit(1)
 	}
 	cmds := map[string]func([]string) error{"hash": cmdHash, "aperture": cmdAperture, "migrate": cmdMigrate}
 	run, ok := cmds[os.Args[1]]

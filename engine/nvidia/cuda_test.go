@@ -24,13 +24,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if p := os.Getenv("GMIG_CUDA_PTX"); p != "" {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(2)
-		}
-		ptxHook = b
+	if err := KernelsFromEnv(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
 	}
 	os.Exit(m.Run())
 }

@@ -123,11 +123,25 @@ func (g *GPU) gridFor(n uint64) uint32 {
 	return uint32(max(1, min(b, uint64(g.fill)*2)))
 }
 
-// SetKernelsPTX replaces the embedded kernels with image for GPUs opened
-// from now on: for testing a freshly built kernels.ptx before it is
-// committed (GMIG_CUDA_PTX in the cuda-tagged tests and gmig-nvbench).
-func SetKernelsPTX(image []byte) {
+// KernelsPTXEnv names the environment variable that points at a freshly
+// built kernels.ptx to load instead of the embedded one.
+const KernelsPTXEnv = "GMIG_CUDA_PTX"
+
+// KernelsFromEnv makes GPUs opened from now on load the PTX in the file
+// $GMIG_CUDA_PTX names, when it is set: for testing a freshly built
+// kernels.ptx before it is committed (the cuda-tagged tests and
+// gmig-nvbench call it first).
+func KernelsFromEnv() error {
+	p := os.Getenv(KernelsPTXEnv)
+	if p == "" {
+		return nil
+	}
+	image, err := os.ReadFile(p)
+	if err != nil {
+		return fmt.Errorf("nvidia: %s: %w", KernelsPTXEnv, err)
+	}
 	gpuMu.Lock()
 	defer gpuMu.Unlock()
 	ptxHook = image
+	return nil
 }

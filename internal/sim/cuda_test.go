@@ -11,6 +11,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -29,12 +30,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if p := os.Getenv("GMIG_CUDA_PTX"); p != "" {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			panic(err)
-		}
-		nvidia.SetKernelsPTX(b)
+	if err := nvidia.KernelsFromEnv(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
 	}
 	os.Exit(m.Run())
 }
