@@ -32,7 +32,6 @@ type qemuDemo struct {
 	demo
 	cache   string
 	machine string
-	vmMem   uint64
 	cpus    int
 	fps     int
 	keep    bool
