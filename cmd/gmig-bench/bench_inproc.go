@@ -152,7 +152,7 @@ func (c *benchConfig) migrateInProc(ctx context.Context, bc benchCase, v benchVa
 		holdCh = ch
 		return ch, err
 	}
-	vm, _, err := p.StartVM(p.Hosts[0], "bench", bc.Mem, 0, c.seed, bc.cfg, hold)
+	vm, _, err := p.StartVM(p.Hosts[0], vgpu.Config{Name: "bench", MemSize: bc.Mem}, 0, c.seed, bc.cfg, hold)
 	if err != nil {
 		return res, err
 	}

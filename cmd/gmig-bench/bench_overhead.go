@@ -8,6 +8,7 @@ import (
 
 	"github.com/gmig-dev/gmig/dirty"
 	"github.com/gmig-dev/gmig/internal/inproc"
+	"github.com/gmig-dev/gmig/internal/vgpu"
 )
 
 // overheadResult is the steady-state cost of dirty tracking: the
@@ -50,7 +51,7 @@ func (c *benchConfig) measureOverhead(ctx context.Context) ([]overheadResult, er
 		return nil, err
 	}
 	defer p.Close()
-	vm, _, err := p.StartVM(p.Hosts[0], "overhead", c.overheadMem, 0, c.seed, w, nil)
+	vm, _, err := p.StartVM(p.Hosts[0], vgpu.Config{Name: "overhead", MemSize: c.overheadMem}, 0, c.seed, w, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -109,7 +109,7 @@ func (d *demo) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	vm, info, err := p.StartVM(a, "demo", d.mem, demoFill, d.seed, wcfg, nil)
+	vm, info, err := p.StartVM(a, vgpu.Config{Name: "demo", MemSize: d.mem}, demoFill, d.seed, wcfg, nil)
 	if err != nil {
 		return err
 	}

@@ -101,6 +101,18 @@ func (vm *VM) Run(ctx context.Context, steps int) error {
 	return vm.w.Run(ctx, vm.d, steps)
 }
 
+// Do runs program, a guest program of the caller's, on the VM's driver,
+// on the calling goroutine: one program at a time, as Run (the workload's
+// gate, and so pauses and holds, do not reach it).
+func (vm *VM) Do(ctx context.Context, program func(ctx context.Context, d *guest.Driver) error) error {
+	end, err := vm.begin()
+	if err != nil {
+		return err
+	}
+	defer end()
+	return program(ctx, vm.d)
+}
+
 // begin marks the VM running (one program at a time); end marks it
 // stopped and closes the channel Run's waiters watch.
 func (vm *VM) begin() (end func(), err error) {
