@@ -15,6 +15,7 @@ import (
 	"github.com/gmig-dev/gmig/engine"
 	"github.com/gmig-dev/gmig/engine/nvidia"
 	"github.com/gmig-dev/gmig/gtt"
+	"github.com/gmig-dev/gmig/internal/cmdline"
 )
 
 // cmdAperture measures what the NVIDIA back end's coherence with the
@@ -24,7 +25,7 @@ import (
 // window as a guest's GTT scatters them.
 func cmdAperture(args []string) error {
 	fs := flag.NewFlagSet("aperture", flag.ContinueOnError)
-	win := size1(256 << 20)
+	win := cmdline.ByteSize(256 << 20)
 	fs.Var(&win, "window", "graphics memory bytes")
 	side := fs.Uint("grid", 2048, "stencil grid side (float32 cells)")
 	iters := fs.Int("iters", 20, "stencil steps between fences")

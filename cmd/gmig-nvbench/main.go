@@ -16,8 +16,6 @@ import (
 	"os"
 	"strings"
 
-	"github.com/rs/zerolog"
-
 	"github.com/gmig-dev/gmig/engine/nvidia"
 	"github.com/gmig-dev/gmig/internal/bytesize"
 )
@@ -68,17 +66,6 @@ func (s *sizes) Set(v string) error {
 	return nil
 }
 
-// size1 is a flag.Value for one byte size.
-type size1 uint64
-
-func (s *size1) String() string { return fmtSize(uint64(*s)) }
-
-func (s *size1) Set(v string) error {
-	n, err := bytesize.Parse(v)
-	*s = size1(n)
-	return err
-}
-
 func fmtSize(n uint64) string {
 	switch {
 	case n >= 1<<30 && n%(1<<30) == 0:
@@ -87,14 +74,6 @@ func fmtSize(n uint64) string {
 		return fmt.Sprintf("%dM", n>>20)
 	}
 	return fmt.Sprint(n)
-}
-
-func newLog(level string) (zerolog.Logger, error) {
-	l, err := zerolog.ParseLevel(level)
-	if err != nil {
-		return zerolog.Nop(), err
-	}
-	return zerolog.New(os.Stderr).Level(l).With().Timestamp().Logger(), nil
 }
 
 func openGPU() (*nvidia.GPU, error) {
