@@ -188,15 +188,14 @@ func referencePages(ctx context.Context, log zerolog.Logger, size uint64, frac f
 	}
 	defer vm.Close()
 	w := newDirtier(size, frac, seed)
-	if err := vm.Do(ctx, func(ctx context.Context, d *guest.Driver) error {
-		if err := w.setup(ctx, d); err != nil {
-			return err
-		}
-		if err := w.dirty(ctx, d); err != nil {
-			return err
-		}
-		return waitIdle(ctx, d.Bus())
-	}); err != nil {
+	d := vm.Driver()
+	if err := w.setup(ctx, d); err != nil {
+		return nil, err
+	}
+	if err := w.dirty(ctx, d); err != nil {
+		return nil, err
+	}
+	if err := waitIdle(ctx, d.Bus()); err != nil {
 		return nil, err
 	}
 	v, err := p.Hosts[0].VGPU("reference")
@@ -264,7 +263,7 @@ func downtimeRun(ctx context.Context, log zerolog.Logger, size uint64, frac floa
 	stopBeat := vm.StartHeartbeat(time.Millisecond) // the guest-observed gap, and the destination's wait for a first beat
 	defer stopBeat()
 	w := newDirtier(size, frac, seed)
-	if err := vm.Do(ctx, w.setup); err != nil {
+	if err := w.setup(ctx, vm.Driver()); err != nil {
 		return r, err
 	}
 	src, err := p.Hosts[0].VGPU("dt")
@@ -286,7 +285,7 @@ func downtimeRun(ctx context.Context, log zerolog.Logger, size uint64, frac floa
 		case orchestrator.PhaseVMMLive: // the vGPU's pre-copy is done: the guest writes, then pauses
 			once[0].Do(func() {
 				go func() {
-					err := vm.Do(ctx, w.dirty)
+					err := w.dirty(ctx, vm.Driver())
 					before.Store(gpu.Stats().WriteBackBytes)
 					dirtyErr <- err
 					close(dirtied)
@@ -318,7 +317,7 @@ func downtimeRun(ctx context.Context, log zerolog.Logger, size uint64, frac floa
 	}
 	r.same = slices.Equal(got, want)
 	// The guest goes on on the destination.
-	return r, vm.Do(ctx, func(ctx context.Context, d *guest.Driver) error { return d.Sync(ctx) })
+	return r, vm.Driver().Sync(ctx)
 }
 
 // termsSum is the sum of the report's named terms.

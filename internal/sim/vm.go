@@ -86,8 +86,8 @@ func StartVM(socket string, seed int64, wcfg guest.WorkloadConfig, opts Options)
 // Workload returns the VM's workload (for step counts and op statistics).
 func (vm *VM) Workload() *guest.Workload { return vm.w }
 
-// Driver returns the VM's guest driver, for work of a test's own while
-// the workload does not run (it follows the VM when it moves).
+// Driver returns the VM's guest driver, for guest work of the caller's
+// own while the workload does not run (it follows the VM when it moves).
 func (vm *VM) Driver() *guest.Driver { return vm.d }
 
 // Run runs the workload for steps steps on the calling goroutine, stopping
@@ -99,18 +99,6 @@ func (vm *VM) Run(ctx context.Context, steps int) error {
 	}
 	defer end()
 	return vm.w.Run(ctx, vm.d, steps)
-}
-
-// Do runs program, a guest program of the caller's, on the VM's driver,
-// on the calling goroutine: one program at a time, as Run (the workload's
-// gate, and so pauses and holds, do not reach it).
-func (vm *VM) Do(ctx context.Context, program func(ctx context.Context, d *guest.Driver) error) error {
-	end, err := vm.begin()
-	if err != nil {
-		return err
-	}
-	defer end()
-	return program(ctx, vm.d)
 }
 
 // begin marks the VM running (one program at a time); end marks it
