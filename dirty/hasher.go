@@ -10,7 +10,7 @@ import (
 // function is the same, hashes recorded on the CPU, hashes a scan
 // computes elsewhere and the hashes the migration stream carries all
 // agree. A GPU implementation lives with the NVIDIA back end
-// (engine.GPUHasher).
+// (nvidia.GPUHasher, engine/nvidia).
 type PageHasher interface {
 	// Name says where hashing runs, for reports: "cpu", "cuda".
 	Name() string

@@ -1,8 +1,17 @@
 // Package engine is the vGPU's command processor (docs/device-abi.md §5–8):
 // it fetches commands from the guest's ring in graphics memory, decodes
 // them (cmd.go), resolves graphics addresses through the shadow GTT
-// (Resolver) and runs the work on a Backend — the software back end
-// (software.go) here, a GPU back end elsewhere.
+// (Resolver) and runs the work on a Backend: the software back end
+// (software.go, the default everywhere), or the NVIDIA back end in
+// engine/nvidia (CUDA driver API loaded at run time, graphics memory
+// mirrored on the GPU, page hashing there). What both share — the kernels
+// in plain Go and the extent checks — is the leaf engine/cpuref. This
+// package never imports engine/nvidia: the vGPU's composition
+// (internal/vgpu) picks the back end.
+//
+// Guest modules (module.go, docs/device-abi.md §6.8) are kernel objects
+// the engine owns and a back end that can run guest code loads; the
+// software back end refuses them (ErrNoModules).
 //
 // One goroutine owns execution (engine.go). Doorbells, quiesce/resume and
 // stop reach it through channels it selects on; register reads are served

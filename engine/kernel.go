@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/gmig-dev/gmig/abi"
+	"github.com/gmig-dev/gmig/engine/cpuref"
 	"github.com/gmig-dev/gmig/gtt"
 )
 
@@ -93,8 +94,8 @@ func kernelBuf(name string, ga, n uint64) (result, bool) {
 	switch {
 	case ga%4 != 0:
 		return kernelFail("%s at %#x not 4-byte aligned", name, ga), false
-	case n > MaxKernelBuffer:
-		return kernelFail("%s of %#x bytes exceeds %#x", name, n, MaxKernelBuffer), false
+	case n > cpuref.MaxKernelBuffer:
+		return kernelFail("%s of %#x bytes exceeds %#x", name, n, cpuref.MaxKernelBuffer), false
 	case badRange(ga, n):
 		return kernelFail("%s range %#x+%#x overflows", name, ga, n), false
 	}
@@ -109,7 +110,7 @@ func gaOverlap(a, an, b, bn uint64) bool {
 // kernelCells returns 4*n bytes for n elements, or false if that is above
 // MaxKernelBuffer.
 func kernelCells(n uint64) (uint64, bool) {
-	if n > MaxKernelBuffer/4 {
+	if n > cpuref.MaxKernelBuffer/4 {
 		return 0, false
 	}
 	return 4 * n, true
@@ -131,7 +132,7 @@ func (e *Engine) resolveKernel(in, out, n uint64) (ins, outs []gtt.Extent, r res
 func (e *Engine) launchSaxpy(n uint64, a uint32, x, y uint64) result {
 	nb, ok := kernelCells(n)
 	if !ok {
-		return kernelFail("SAXPY of %d elements exceeds %#x bytes", n, MaxKernelBuffer)
+		return kernelFail("SAXPY of %d elements exceeds %#x bytes", n, cpuref.MaxKernelBuffer)
 	}
 	if r, ok := kernelBuf("SAXPY x", x, nb); !ok {
 		return r
@@ -162,7 +163,7 @@ func gridSize(name string, w, h uint64) (uint64, result, bool) {
 	}
 	nb, ok := kernelCells(w * h)
 	if !ok {
-		return 0, kernelFail("%s grid %dx%d exceeds %#x bytes", name, w, h, MaxKernelBuffer), false
+		return 0, kernelFail("%s grid %dx%d exceeds %#x bytes", name, w, h, cpuref.MaxKernelBuffer), false
 	}
 	return nb, result{}, true
 }

@@ -3,12 +3,16 @@ package engine
 import (
 	"bytes"
 	"cmp"
+	"errors"
 	"fmt"
 	"slices"
 
 	"github.com/gmig-dev/gmig/abi"
 	"github.com/gmig-dev/gmig/gtt"
 )
+
+// ErrNoModules is wrapped by a back end's refusal of guest modules.
+var ErrNoModules = errors.New("engine: this back end runs no guest modules")
 
 // Module is a guest kernel object made by KERNEL_LOAD_MODULE
 // (docs/device-abi.md §6.8): plain data, saved with the engine's state so

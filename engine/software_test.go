@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/gmig-dev/gmig/engine/cpuref"
 	"github.com/gmig-dev/gmig/gtt"
 )
 
@@ -172,7 +173,7 @@ func TestSoftwareBounds(t *testing.T) {
 		"stencil huge": sw.Stencil(math.MaxUint32, math.MaxUint32, ok, ok),
 		"render":       sw.Render(10, 5, 0, bad),
 	} {
-		if !errors.Is(err, ErrBounds) {
+		if !errors.Is(err, cpuref.ErrBounds) {
 			t.Errorf("%s: err %v, want ErrBounds", name, err)
 		}
 	}

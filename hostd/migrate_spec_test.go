@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/gmig-dev/gmig/abi"
-	"github.com/gmig-dev/gmig/engine"
+	"github.com/gmig-dev/gmig/engine/nvidia"
 	"github.com/gmig-dev/gmig/guest"
 	"github.com/gmig-dev/gmig/internal/cuda"
 	"github.com/gmig-dev/gmig/internal/migtest"
@@ -113,7 +113,7 @@ func TestLandRefusesWhatItCannotProvide(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if c.spec.Backend == vgpu.BackendCUDA {
-				if _, err := engine.OpenGPU(vgpu.GPUOrdinal); err == nil {
+				if _, err := nvidia.OpenGPU(vgpu.GPUOrdinal); err == nil {
 					t.Skip("this process has a GPU (or the model of one)")
 				}
 			}

@@ -3,7 +3,7 @@
 // interfaces: the VM (SourceVM, DestVM: QEMU over QMP in hostd/qemu, the
 // in-process simulator in hostd) and the Transport between the two gmigd
 // (TCP, or mutual TLS from package internal/mtls). gmigd migrate, gmigd
-// demo and gmigd bench all run this sequence (docs/migration-protocol.md).
+// demo and gmig-bench all run this sequence (docs/migration-protocol.md).
 //
 // # The sequence
 //

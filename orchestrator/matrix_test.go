@@ -369,7 +369,7 @@ func faultCells() []cell {
 		setup: func(e *env) {
 			e.vm.switchover = func(ctx context.Context) error {
 				e.dest(0).stop()
-				return waitFor(nil, ctx.Done())
+				return waitFor(context.Background(), ctx.Done())
 			}
 		},
 		dst: Timeouts{Decision: 2 * guard}, // only the shutdown can end its wait
@@ -382,7 +382,7 @@ func faultCells() []cell {
 		// says why, and the source hears it at once.
 		name: "13b the destination's decision timeout fires during the switchover",
 		setup: func(e *env) {
-			e.vm.switchover = func(ctx context.Context) error { return waitFor(nil, ctx.Done()) }
+			e.vm.switchover = func(ctx context.Context) error { return waitFor(context.Background(), ctx.Done()) }
 		},
 		dst: Timeouts{Decision: slow},
 		want: want{err: ErrRolledBack, is: ErrDestinationGaveUp,

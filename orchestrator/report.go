@@ -152,7 +152,7 @@ func (r Report) String() string {
 	fmt.Fprintf(&b, "  vGPU pre-copy %s ms (%d round(s)): %d pages (%d zero), %s\n",
 		ms(p.Duration), p.Rounds, p.Pages, p.ZeroPages, mib(p.Bytes))
 	fmt.Fprintf(&b, "  vGPU at the stop: %d dirty pages (%s), %d hashed, %s sent\n",
-		s.DirtyPages, bySource(s.BySource), s.PagesHashed, mib(s.Bytes))
+		s.DirtyPages, dirty.DescribeBySource(s.BySource), s.PagesHashed, mib(s.Bytes))
 	a := r.Precopy.APILog
 	fmt.Fprintf(&b, "  API log: %d entries (%d B) raw -> %d (%d B) compacted; %d config writes replayed\n",
 		a.RawEntries, a.RawBytes, a.CompactedEntries, a.CompactedBytes, r.ConfigWrites)
@@ -164,17 +164,3 @@ func (r Report) String() string {
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d)/float64(time.Millisecond)) }
 
 func mib(n uint64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
-
-// bySource lists the nonzero counts by dirty source, "none" if all zero.
-func bySource(n [dirty.NumSources]int) string {
-	var parts []string
-	for s, c := range n {
-		if c > 0 {
-			parts = append(parts, fmt.Sprintf("%s %d", dirty.Source(s), c))
-		}
-	}
-	if len(parts) == 0 {
-		return "none"
-	}
-	return strings.Join(parts, ", ")
-}

@@ -27,7 +27,7 @@ func TestAPILogAcrossHops(t *testing.T) {
 	pools := [2]*pool.Pool{migtest.NewPool(t, 4*mem), migtest.NewPool(t, 4*mem)}
 	cur := migtest.ServeNew(t, pools[0], "k0", mem)
 	m := migtest.Attach(t, cur, 9, sim.Options{MSI: true})
-	d := m.D
+	d := m.Driver()
 	const live, gone = 0x40, 0x41
 	must := func(err error) {
 		t.Helper()

@@ -26,7 +26,7 @@ func TestGuestRAMTheDeviceWrote(t *testing.T) {
 	defer cancel()
 	src := migtest.ServeNew(t, migtest.NewPool(t, 2*mem), "src", mem)
 	m := migtest.Attach(t, src, 1, sim.Options{})
-	d := m.D
+	d := m.Driver()
 	ga, err := d.Alloc(4 * stream.PageSize)
 	if err != nil {
 		t.Fatal(err)
@@ -39,7 +39,7 @@ func TestGuestRAMTheDeviceWrote(t *testing.T) {
 	if err := d.WriteGA(ga, content); err != nil {
 		t.Fatal(err)
 	}
-	gpa, ram, err := m.Bus.DMA().Alloc(8 * stream.PageSize)
+	gpa, ram, err := m.Bus().DMA().Alloc(8 * stream.PageSize)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -80,7 +80,7 @@ func (r Report) String() string {
 	fmt.Fprintf(&b, "\nstop       %s ms: quiesce %s, scan %s, transfer %s, restore %s, replay %s, other %s\n",
 		ms(s.Total), ms(s.Quiesce), ms(s.Scan), ms(s.Transfer), ms(s.Restore), ms(s.Replay), ms(s.Other()))
 	fmt.Fprintf(&b, "dirty      %d pages (%s), %d hashed, %s sent; %d guest RAM page(s) the device wrote\n",
-		s.DirtyPages, bySource(s.BySource), s.PagesHashed, mib(s.Bytes), s.GuestRAMPages)
+		s.DirtyPages, dirty.DescribeBySource(s.BySource), s.PagesHashed, mib(s.Bytes), s.GuestRAMPages)
 	fmt.Fprintf(&b, "hash rate  %.2f GB/s\n", r.HashRate/1e9)
 	a := r.APILog
 	fmt.Fprintf(&b, "api log    %d entries (%d B) raw, %d entries (%d B) compacted\n",
@@ -91,17 +91,3 @@ func (r Report) String() string {
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d)/float64(time.Millisecond)) }
 
 func mib(n uint64) string { return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20)) }
-
-// bySource lists the nonzero counts by dirty source, "none" if all zero.
-func bySource(n [dirty.NumSources]int) string {
-	var parts []string
-	for s, c := range n {
-		if c > 0 {
-			parts = append(parts, fmt.Sprintf("%s %d", dirty.Source(s), c))
-		}
-	}
-	if len(parts) == 0 {
-		return "none"
-	}
-	return strings.Join(parts, ", ")
-}

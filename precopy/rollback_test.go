@@ -14,6 +14,7 @@ import (
 	"github.com/gmig-dev/gmig/guest"
 	"github.com/gmig-dev/gmig/internal/migtest"
 	"github.com/gmig-dev/gmig/internal/pool"
+	"github.com/gmig-dev/gmig/internal/sim"
 	"github.com/gmig-dev/gmig/internal/vgpu"
 	"github.com/gmig-dev/gmig/precopy/stream"
 )
@@ -136,7 +137,7 @@ func TestRollback(t *testing.T) {
 	if err := m.Wait(); err != nil {
 		t.Fatalf("workload: %v", err)
 	}
-	got := m.Digest()
+	got := migtest.Digest(t, m)
 	if want := migtest.Reference(ctx, t, src, seed, steps, mem, guest.WorkloadConfig{}); got != want {
 		t.Fatalf("digest after %d failed migrations %x, never migrated %x", len(faultCases), got, want)
 	}
@@ -149,7 +150,7 @@ func TestRollback(t *testing.T) {
 // the guest had paused (the fault came in the stop phase), with the memory
 // it had at the pause. It returns the source's error; the guest is running
 // again when it returns.
-func failMigration(ctx context.Context, t *testing.T, m *migtest.VM, cur *migtest.Served, p *pool.Pool, name string,
+func failMigration(ctx context.Context, t *testing.T, m *sim.VM, cur *migtest.Served, p *pool.Pool, name string,
 	strat Strategy, srcFault func(context.CancelFunc) fault, dstFault fault, countdown int) error {
 	t.Helper()
 	cfg := cur.V.Config()
@@ -174,8 +175,11 @@ func failMigration(ctx context.Context, t *testing.T, m *migtest.VM, cur *migtes
 	if err != nil {
 		t.Fatal(err)
 	}
-	paused, resume := m.PauseAfter(countdown, nil)
-	defer resume()
+	paused, err := m.HoldAfter(countdown, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Resume()
 	var frozen []byte // the source's memory at the pause
 	err = s.Precopy(sctx)
 	if err == nil {

@@ -164,7 +164,7 @@ func (s *Source) pipelined() bool {
 }
 
 // PipelineMinWorkers is the fewest hashing workers with which the stop
-// phase is pipelined. Measured side by side with gmigd bench
+// phase is pipelined. Measured side by side with gmig-bench
 // -compare-serial on a 1 GiB vGPU: on 16 cores the pipelined stop phase
 // took 0.71–0.83 of the serial one's time; on 2 cores 1.4–2.9 times it
 // (the sender, the frame builder and the scan workers contend for the two

@@ -12,6 +12,7 @@ import (
 	"github.com/gmig-dev/gmig/guest"
 	"github.com/gmig-dev/gmig/internal/migtest"
 	"github.com/gmig-dev/gmig/internal/pool"
+	"github.com/gmig-dev/gmig/internal/sim"
 	"github.com/gmig-dev/gmig/internal/vgpu"
 	"github.com/gmig-dev/gmig/precopy/stream"
 )
@@ -24,12 +25,12 @@ type hop struct {
 	// first pass until the guest's progress since satisfies it: the link is
 	// slow, as a real one is beside gigabytes of graphics memory, and the
 	// guest runs while its memory is sent.
-	hold func(migtest.Progress) bool
+	hold func(sim.Progress) bool
 	// After the pre-copy, the guest pauses once it has passed countdown
 	// more operation boundaries and its progress since the pre-copy ended
 	// satisfies pauseWhen (nil: at once).
 	countdown int
-	pauseWhen func(migtest.Progress) bool
+	pauseWhen func(sim.Progress) bool
 }
 
 // migrateVM migrates the guest m, running on from, to a vGPU in to, as the
@@ -41,7 +42,7 @@ type hop struct {
 // vGPU resumes, the source vGPU is destroyed and the guest goes on. It
 // returns the destination, the source's report and the guest's progress
 // while Precopy ran.
-func migrateVM(ctx context.Context, t *testing.T, m *migtest.VM, from *migtest.Served, to *pool.Pool, h hop) (*migtest.Served, Report, migtest.Progress) {
+func migrateVM(ctx context.Context, t *testing.T, m *sim.VM, from *migtest.Served, to *pool.Pool, h hop) (*migtest.Served, Report, sim.Progress) {
 	t.Helper()
 	cfg := from.V.Config()
 	cfg.Name = h.name
@@ -65,9 +66,12 @@ func migrateVM(ctx context.Context, t *testing.T, m *migtest.VM, from *migtest.S
 		t.Fatalf("%s: pre-copy: %v", h.name, err)
 	}
 	during := m.Since(mark)
-	paused, resume := m.PauseAfter(h.countdown, h.pauseWhen)
-	defer resume()
-	if m.W != nil {
+	paused, err := m.HoldAfter(h.countdown, h.pauseWhen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Resume()
+	if m.Workload() != nil {
 		select {
 		case <-paused:
 		case <-m.Finished():
@@ -81,7 +85,7 @@ func migrateVM(ctx context.Context, t *testing.T, m *migtest.VM, from *migtest.S
 	if r := <-recv; r.err != nil {
 		t.Fatalf("%s: receive: %v", h.name, r.err)
 	}
-	m.MoveTo(next)
+	migtest.MoveTo(t, m, next)
 	v.Resume()
 	from.Close()
 	return next, rep, during
@@ -91,7 +95,7 @@ func migrateVM(ctx context.Context, t *testing.T, m *migtest.VM, from *migtest.S
 // the pre-copy's page batch nth = its first pass's last, until the guest's
 // progress from then on satisfies until. Every page has been copied and
 // recorded by then, so what the guest writes meanwhile is dirty.
-func holdLink(ctx context.Context, t *testing.T, m *migtest.VM, conn net.Conn, mem uint64, until func(migtest.Progress) bool) net.Conn {
+func holdLink(ctx context.Context, t *testing.T, m *sim.VM, conn net.Conn, mem uint64, until func(sim.Progress) bool) net.Conn {
 	last := int((mem/dirty.PageSize + liveBatch - 1) / liveBatch)
 	held := false
 	return &faultConn{Conn: conn, fault: func(_ int64, _ []byte, spans []span, f *follower) ([]byte, bool) {
@@ -146,8 +150,8 @@ func TestMigrateUnderWorkload(t *testing.T) {
 			countdown: 5 + rng.IntN(30),
 		}
 		if strat != StopCopy {
-			h.hold = func(p migtest.Progress) bool { return p.Total() >= 24 && p.Ops[guest.OpCPUWrite] >= 2 }
-			h.pauseWhen = func(p migtest.Progress) bool { return p.Ops[guest.OpCPUWrite] >= 1 }
+			h.hold = func(p sim.Progress) bool { return p.Total() >= 24 && p.Ops[guest.OpCPUWrite] >= 2 }
+			h.pauseWhen = func(p sim.Progress) bool { return p.Ops[guest.OpCPUWrite] >= 1 }
 		}
 		switch {
 		case strat == Iterative:
@@ -158,20 +162,20 @@ func TestMigrateUnderWorkload(t *testing.T) {
 		from := cur.V.Partition().Offset
 		var (
 			rep    Report
-			during migtest.Progress
+			during sim.Progress
 		)
 		cur, rep, during = migrateVM(ctx, t, m, cur, hosts[(i+1)%2], h)
 		t.Logf("migration %d (%s, pool offset %#x -> %#x, guest paused at step %d; during the pre-copy: %v):\n%s",
-			i+1, strat, from, cur.V.Partition().Offset, m.PausedAt(), during, rep)
+			i+1, strat, from, cur.V.Partition().Offset, m.StoppedAt(), during, rep)
 		checkUnderWorkload(t, i+1, h.opts, rep, during)
 	}
 	if err := m.Wait(); err != nil {
 		t.Fatalf("workload after %d migrations: %v", migrations, err)
 	}
-	if _, size := m.W.Region(); size < mem*3/4 {
+	if _, size := m.Workload().Region(); size < mem*3/4 {
 		t.Fatalf("the workload used %d bytes of the vGPU's %d", size, mem)
 	}
-	got := m.Digest()
+	got := migtest.Digest(t, m)
 	if want := migtest.Reference(ctx, t, hosts[0], seed, steps, mem, wcfg); got != want {
 		t.Fatalf("digest after %d migrations %x, never migrated %x", migrations, got, want)
 	}
@@ -181,7 +185,7 @@ func TestMigrateUnderWorkload(t *testing.T) {
 // must show: a pre-copy that overlapped guest work, CPU stores through the
 // aperture among it, iterative rounds, and a stop that found pages by
 // their content.
-func checkUnderWorkload(t *testing.T, n int, opts Options, rep Report, during migtest.Progress) {
+func checkUnderWorkload(t *testing.T, n int, opts Options, rep Report, during sim.Progress) {
 	t.Helper()
 	p, s := rep.Precopy, rep.Stop
 	if opts.Strategy == StopCopy {

@@ -13,7 +13,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gmig-dev/gmig/engine"
+	"github.com/gmig-dev/gmig/engine/nvidia"
 	"github.com/gmig-dev/gmig/gtt"
+	"github.com/gmig-dev/gmig/internal/cmdline"
 )
 
 // cmdAperture measures what the NVIDIA back end's coherence with the
@@ -23,7 +25,7 @@ import (
 // window as a guest's GTT scatters them.
 func cmdAperture(args []string) error {
 	fs := flag.NewFlagSet("aperture", flag.ContinueOnError)
-	win := size1(256 << 20)
+	win := cmdline.ByteSize(256 << 20)
 	fs.Var(&win, "window", "graphics memory bytes")
 	side := fs.Uint("grid", 2048, "stencil grid side (float32 cells)")
 	iters := fs.Int("iters", 20, "stencil steps between fences")
@@ -68,21 +70,21 @@ func cmdAperture(args []string) error {
 	type backend struct {
 		name string
 		b    engine.Backend
-		nv   *engine.NVIDIA
+		nv   *nvidia.NVIDIA
 	}
 	var bes []backend
 	bes = append(bes, backend{"software", engine.NewSoftware(mem), nil})
 	for _, wb := range []struct {
 		name string
-		m    engine.WriteBack
-	}{{"nvidia, write back at fences", engine.WriteBackFence}, {"nvidia, write back per command", engine.WriteBackCommand}} {
+		m    nvidia.WriteBack
+	}{{"nvidia, write back at fences", nvidia.WriteBackFence}, {"nvidia, write back per command", nvidia.WriteBackCommand}} {
 		// A window of its own: one memory is page-locked by one back end.
 		w, err := unix.Mmap(-1, 0, int(*window), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_ANONYMOUS)
 		if err != nil {
 			return err
 		}
 		defer unix.Munmap(w)
-		nv, err := engine.NewNVIDIA(engine.NVIDIAConfig{GPU: g, Window: w, WriteBack: wb.m})
+		nv, err := nvidia.NewNVIDIA(nvidia.NVIDIAConfig{GPU: g, Window: w, WriteBack: wb.m})
 		if err != nil {
 			return err
 		}
@@ -99,7 +101,7 @@ func cmdAperture(args []string) error {
 			return err
 		}
 		_ = b.Sync()
-		var before engine.NVIDIAStats
+		var before nvidia.NVIDIAStats
 		if be.nv != nil {
 			before = be.nv.Stats()
 		}
@@ -170,13 +172,13 @@ const nopPTX = `.version 7.0
 
 // moduleOverhead times a guest module's launch: every byte of the window
 // uploaded, every page of the mirror hashed before and after.
-func moduleOverhead(g *engine.GPU, window uint64) error {
+func moduleOverhead(g *nvidia.GPU, window uint64) error {
 	mem, err := unix.Mmap(-1, 0, int(window), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_ANONYMOUS)
 	if err != nil {
 		return err
 	}
 	defer unix.Munmap(mem)
-	nv, err := engine.NewNVIDIA(engine.NVIDIAConfig{GPU: g, Window: mem, Modules: true})
+	nv, err := nvidia.NewNVIDIA(nvidia.NVIDIAConfig{GPU: g, Window: mem, Modules: true})
 	if err != nil {
 		return err
 	}

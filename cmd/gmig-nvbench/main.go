@@ -16,9 +16,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/rs/zerolog"
-
-	"github.com/gmig-dev/gmig/engine"
+	"github.com/gmig-dev/gmig/engine/nvidia"
 	"github.com/gmig-dev/gmig/internal/bytesize"
 )
 
@@ -29,13 +27,9 @@ func main() {
 		fmt.Fprintln(os.Stderr, usage)
 		os.Exit(2)
 	}
-	if p := os.Getenv("GMIG_CUDA_PTX"); p != "" {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "gmig-nvbench:", err)
-			os.Exit(1)
-		}
-		engine.SetKernelsPTX(b)
+	if err := nvidia.KernelsFromEnv(); err != nil {
+		fmt.Fprintln(os.Stderr, "gmig-nvbench:", err)
+		os.Exit(1)
 	}
 	cmds := map[string]func([]string) error{"hash": cmdHash, "aperture": cmdAperture, "migrate": cmdMigrate}
 	run, ok := cmds[os.Args[1]]
@@ -72,17 +66,6 @@ func (s *sizes) Set(v string) error {
 	return nil
 }
 
-// size1 is a flag.Value for one byte size.
-type size1 uint64
-
-func (s *size1) String() string { return fmtSize(uint64(*s)) }
-
-func (s *size1) Set(v string) error {
-	n, err := bytesize.Parse(v)
-	*s = size1(n)
-	return err
-}
-
 func fmtSize(n uint64) string {
 	switch {
 	case n >= 1<<30 && n%(1<<30) == 0:
@@ -93,16 +76,8 @@ func fmtSize(n uint64) string {
 	return fmt.Sprint(n)
 }
 
-func newLog(level string) (zerolog.Logger, error) {
-	l, err := zerolog.ParseLevel(level)
-	if err != nil {
-		return zerolog.Nop(), err
-	}
-	return zerolog.New(os.Stderr).Level(l).With().Timestamp().Logger(), nil
-}
-
-func openGPU() (*engine.GPU, error) {
-	g, err := engine.OpenGPU(0)
+func openGPU() (*nvidia.GPU, error) {
+	g, err := nvidia.OpenGPU(0)
 	if err != nil {
 		return nil, err
 	}

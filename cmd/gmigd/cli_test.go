@@ -122,9 +122,6 @@ func TestHelpExitsZero(t *testing.T) {
 			t.Errorf("gmigd %q: exit %d, want 0\n%s", args, code, errOut)
 			continue
 		}
-		if args[0] == "bench" {
-			continue // bench's own flag set (bench.go) prints its defaults on stderr
-		}
 		if !strings.HasPrefix(strings.ToLower(out), "usage") || errOut != "" {
 			t.Errorf("gmigd %q: stdout %.40q, stderr %q; want the usage on stdout alone", args, out, errOut)
 		}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/gmig-dev/gmig/guest"
 	"github.com/gmig-dev/gmig/hostd"
+	"github.com/gmig-dev/gmig/internal/inproc"
 	"github.com/gmig-dev/gmig/internal/sim"
 	"github.com/gmig-dev/gmig/internal/vgpu"
 	"github.com/gmig-dev/gmig/orchestrator"
@@ -86,29 +87,29 @@ const demoFill = 0.75
 
 func (d *demo) run(ctx context.Context) error {
 	var beats beatCounter
-	p, err := newInProc(2*d.mem+32<<20, d.log, beats.record)
+	p, err := inproc.New(2*d.mem+32<<20, d.log, beats.record)
 	if err != nil {
 		return err
 	}
-	defer p.close()
-	a := p.hosts[0]
+	defer p.Close()
+	a := p.Hosts[0]
 	// A neighbour on host A, so the migrated vGPU's pool offset differs
 	// between the hosts and remapping is real.
 	if _, err := a.Create(vgpu.Config{Name: "neighbour", MemSize: 16 << 20}); err != nil {
 		return err
 	}
-	fmt.Printf("gmigd demo: two gmigd hosts in this process, migrations over loopback TCP (A %s, B %s)\n", a.addr, p.hosts[1].addr)
+	fmt.Printf("gmigd demo: two gmigd hosts in this process, migrations over loopback TCP (A %s, B %s)\n", a.Addr, p.Hosts[1].Addr)
 	if d.suite {
 		if err := d.runSuite(a); err != nil {
 			return err
 		}
 	}
 	wcfg := guest.WorkloadConfig{MemSize: d.wmem}
-	want, err := referenceDigest(ctx, d.mem, demoFill, d.seed, wcfg, d.steps, d.log)
+	want, err := inproc.ReferenceDigest(ctx, d.mem, demoFill, d.seed, wcfg, d.steps, d.log)
 	if err != nil {
 		return err
 	}
-	vm, info, err := p.startVM(a, "demo", d.mem, demoFill, d.seed, wcfg, nil)
+	vm, info, err := p.StartVM(a, vgpu.Config{Name: "demo", MemSize: d.mem}, demoFill, d.seed, wcfg, nil)
 	if err != nil {
 		return err
 	}
@@ -128,7 +129,7 @@ func (d *demo) run(ctx context.Context) error {
 	}
 	fmt.Printf("step %d: live migration A -> B (%s): the vGPU pre-copies while the guest runs, then the VM pauses for the stop phase\n", d.at, d.strategy)
 	pp := newProgressPrinter(os.Stdout, d.json, false)
-	rep, err := p.migrate(ctx, 0, "demo", hostd.MigrateOptions{
+	rep, err := p.Migrate(ctx, 0, "demo", hostd.MigrateOptions{
 		Precopy: precopy.Options{Strategy: d.strategy},
 		Progress: func(pr orchestrator.Progress) {
 			if pr.Phase == orchestrator.PhaseVGPULive {
@@ -141,7 +142,7 @@ func (d *demo) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	arrived, err := p.hosts[1].Get("demo")
+	arrived, err := p.Hosts[1].Get("demo")
 	if err != nil {
 		return err
 	}
@@ -187,7 +188,7 @@ func (b *beatCounter) count() int {
 }
 
 // runSuite checks the device with the correctness suite on a scratch vGPU.
-func (d *demo) runSuite(h *inProcHost) error {
+func (d *demo) runSuite(h *inproc.Host) error {
 	info, err := h.Create(vgpu.Config{Name: "suite", MemSize: 16 << 20})
 	if err != nil {
 		return err

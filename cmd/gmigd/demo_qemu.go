@@ -18,6 +18,8 @@ import (
 	"github.com/gmig-dev/gmig/hostd"
 	"github.com/gmig-dev/gmig/hostd/qemu"
 	"github.com/gmig-dev/gmig/internal/cluster"
+	"github.com/gmig-dev/gmig/internal/cmdline"
+	"github.com/gmig-dev/gmig/internal/inproc"
 )
 
 // qemuDemo is `gmigd demo`, the README's main job: two gmigd daemons on
@@ -30,23 +32,17 @@ type qemuDemo struct {
 	demo
 	cache   string
 	machine string
-	vmMem   uint64
 	cpus    int
 	fps     int
 	keep    bool
 }
 
 func (q *qemuDemo) flags(fs *flag.FlagSet) {
-	fs.StringVar(&q.cache, "cache", defaultCache(), "the provisioned QEMU root and guest kernel (make provision guest-image)")
+	fs.StringVar(&q.cache, "cache", cmdline.DefaultCache(), "the provisioned QEMU root and guest kernel (make provision guest-image)")
 	fs.StringVar(&q.machine, "machine", "pc", "QEMU machine type: pc or q35")
 	fs.IntVar(&q.cpus, "cpus", 2, "guest vCPUs")
 	fs.IntVar(&q.fps, "fps", 20, "pace the guest's workload to at most this many steps a second (0: unpaced), so that under KVM it outlasts the migration")
 	fs.BoolVar(&q.keep, "keep", false, "keep the daemons' run directories (logs, consoles)")
-}
-
-// defaultCache is $GMIG_CACHE, or .cache beside bin/, or ./.cache.
-func defaultCache() string {
-	return filepath.Dir(defaultQEMURoot())
 }
 
 // Guest console lines the demo waits for (cmd/gmig-guest).
@@ -121,7 +117,7 @@ func (q *qemuDemo) run(ctx context.Context) error {
 		vm.Name, vm.PID, q.machine, q.mem>>20)
 	want := make(chan [32]byte, 1)
 	go func() {
-		d, err := referenceDigest(ctx, q.mem, 0, q.seed, guest.WorkloadConfig{}, steps, q.log)
+		d, err := inproc.ReferenceDigest(ctx, q.mem, 0, q.seed, guest.WorkloadConfig{}, steps, q.log)
 		if err != nil {
 			q.log.Error().Err(err).Msg("reference run")
 		}

@@ -6,7 +6,6 @@
 //	gmigd migrate VM --to HOST:PORT  live-migrate a VM and its vGPU to another gmigd
 //	gmigd guest  [flags]            the built-in guest simulator against a vGPU socket
 //	gmigd demo   [flags]            two gmigd and a Linux VM under QEMU: a live migration and its report (-sim: in-process)
-//	gmigd bench  [flags]            the migration strategies compared on one seeded workload
 //	gmigd certs  -out DIR -hosts a,b  a test CA and certificates for mutual TLS between gmigd
 //	gmigd version                    the module version and VCS revision gmigd was built from
 //
@@ -35,7 +34,6 @@ commands:
   guest    run the built-in guest simulator against a vGPU's vfio-user socket
   demo     two gmigd and a Linux VM under QEMU: a live migration and its downtime report (-sim: in-process)
   status   this host's GPUs (NVML) and whether the cuda back end can run
-  bench    compare the migration strategies on one seeded workload (downtime in ms)
   certs    make a test CA and host certificates for mutual TLS between gmigd (testing only)
   version  the module version and VCS revision gmigd was built from
 
@@ -64,7 +62,6 @@ var commands = map[string]func([]string) error{
 	"migrate": cmdMigrate,
 	"guest":   cmdGuest,
 	"demo":    cmdDemo,
-	"bench":   cmdBench,
 	"status":  cmdStatus,
 	"certs":   cmdCerts,
 	"version": cmdVersion,

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"time"
 
 	"github.com/gmig-dev/gmig/orchestrator"
 )
@@ -69,5 +68,3 @@ func progressLine(pr orchestrator.Progress) string {
 	}
 	return b.String()
 }
-
-func msf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -15,6 +15,7 @@ import (
 	"github.com/gmig-dev/gmig/hostd"
 	"github.com/gmig-dev/gmig/hostd/qemu"
 	"github.com/gmig-dev/gmig/internal/bytesize"
+	"github.com/gmig-dev/gmig/internal/cmdline"
 	"github.com/gmig-dev/gmig/internal/sdnotify"
 	"github.com/gmig-dev/gmig/internal/vgpu"
 )
@@ -132,18 +133,6 @@ func cmdServe(args []string) error {
 	return err
 }
 
-// defaultQEMURoot is the provisioned root: $GMIG_CACHE/qemu-root, or
-// .cache/qemu-root beside the binary's bin/ directory (make provision), or
-// under the working directory.
-func defaultQEMURoot() string {
-	if c := os.Getenv("GMIG_CACHE"); c != "" {
-		return filepath.Join(c, "qemu-root")
-	}
-	if exe, err := os.Executable(); err == nil {
-		root := filepath.Join(filepath.Dir(filepath.Dir(exe)), ".cache", "qemu-root")
-		if _, err := os.Stat(root); err == nil {
-			return root
-		}
-	}
-	return filepath.Join(".cache", "qemu-root")
-}
+// defaultQEMURoot is the provisioned root: qemu-root under
+// cmdline.DefaultCache ($GMIG_CACHE, or .cache beside bin/, or ./.cache).
+func defaultQEMURoot() string { return filepath.Join(cmdline.DefaultCache(), "qemu-root") }

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/gmig-dev/gmig/engine"
+	"github.com/gmig-dev/gmig/engine/nvidia"
 	"github.com/gmig-dev/gmig/internal/nvml"
 )
 
@@ -38,7 +38,7 @@ func cmdStatus(args []string) error {
 		return err
 	}
 	st := status{NVML: nvml.Inventory()}
-	if g, err := engine.OpenGPU(0); err != nil {
+	if g, err := nvidia.OpenGPU(0); err != nil {
 		st.CUDA.Reason = err.Error()
 	} else {
 		info := g.Info()

@@ -25,7 +25,6 @@ type funcs struct {
 	cuDeviceGetAttribute           func(v *int32, attr int32, dev int32) Result
 	cuDeviceTotalMem               func(bytes *uint64, dev int32) Result
 	cuDevicePrimaryCtxRetain       func(ctx *uintptr, dev int32) Result
-	cuDevicePrimaryCtxRelease      func(dev int32) Result
 	cuCtxSetCurrent                func(ctx uintptr) Result
 	cuCtxSynchronize               func() Result
 	cuMemGetInfo                   func(free, total *uint64) Result
@@ -64,7 +63,6 @@ type funcs struct {
 // differ from the field name.
 var symbolNames = map[string]string{
 	"cuDeviceTotalMem":               "cuDeviceTotalMem_v2",
-	"cuDevicePrimaryCtxRelease":      "cuDevicePrimaryCtxRelease_v2",
 	"cuMemGetInfo":                   "cuMemGetInfo_v2",
 	"cuMemAlloc":                     "cuMemAlloc_v2",
 	"cuMemFree":                      "cuMemFree_v2",

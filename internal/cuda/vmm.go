@@ -10,12 +10,12 @@ import "fmt"
 
 // allocProp mirrors CUmemAllocationProp (cuda.h, 32 bytes).
 type allocProp struct {
-	typ          uint32 // CUmemAllocationType: allocTypePinned
-	handleTypes  uint32 // CUmemAllocationHandleType: 0, no exportable handle
-	locationType uint32 // CUmemLocation.type: locationDevice
-	locationID   int32  // CUmemLocation.id: the device ordinal
-	win32Meta    uint64 // void *win32HandleMetaData
-	allocFlags   [8]byte
+	typ          uint32  // CUmemAllocationType: allocTypePinned
+	_            uint32  // requestedHandleTypes (CUmemAllocationHandleType): 0, no exportable handle
+	locationType uint32  // CUmemLocation.type: locationDevice
+	locationID   int32   // CUmemLocation.id: the device ordinal
+	win32Meta    uint64  // void *win32HandleMetaData
+	_            [8]byte // allocFlags: none
 }
 
 // accessDesc mirrors CUmemAccessDesc (cuda.h, 12 bytes).

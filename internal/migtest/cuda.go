@@ -8,9 +8,9 @@ import (
 )
 
 // UseCUDAModel makes the CUDA back end of this test process the software
-// model of a GPU (GMIG_CUDA_MODEL=1, engine/nvidia_model.go), so cuda
+// model of a GPU (GMIG_CUDA_MODEL=1, engine/nvidia/model.go), so cuda
 // vGPUs run everywhere, CI included. It must come before the process first
-// opens GPU 0: engine.OpenGPU keeps what it opened first. The model runs
+// opens GPU 0: nvidia.OpenGPU keeps what it opened first. The model runs
 // one guest module, "scale" (u32 at base+off+4i *= mul for i < threads).
 func UseCUDAModel(t *testing.T) { t.Setenv("GMIG_CUDA_MODEL", "1") }
 

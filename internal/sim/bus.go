@@ -164,6 +164,9 @@ func (b *Bus) Close() error {
 // Client is the underlying vfio-user client.
 func (b *Bus) Client() *vfio.Client { return b.c }
 
+// Options is what the Bus was attached with.
+func (b *Bus) Options() Options { return b.opts }
+
 // RAM is guest RAM (GPA = offset).
 func (b *Bus) RAM() []byte { return b.ram }
 

@@ -11,6 +11,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -20,7 +21,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gmig-dev/gmig/abi"
-	"github.com/gmig-dev/gmig/engine"
+	"github.com/gmig-dev/gmig/engine/nvidia"
 	"github.com/gmig-dev/gmig/guest"
 	"github.com/gmig-dev/gmig/internal/cuda"
 	"github.com/gmig-dev/gmig/internal/pool"
@@ -29,12 +30,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if p := os.Getenv("GMIG_CUDA_PTX"); p != "" {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			panic(err)
-		}
-		engine.SetKernelsPTX(b)
+	if err := nvidia.KernelsFromEnv(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
 	}
 	os.Exit(m.Run())
 }

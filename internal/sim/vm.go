@@ -3,12 +3,8 @@ package sim
 import (
 	"context"
 	"errors"
-	"fmt"
-	"os"
 	"sync"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/gmig-dev/gmig/abi"
 	"github.com/gmig-dev/gmig/guest"
@@ -36,11 +32,15 @@ type VM struct {
 	pauseReq bool          // a pause: workload and heartbeat park
 	holdReq  bool          // a hold reached: the workload parks
 	at       *pausePoint   // an armed HoldAt, not reached yet
+	after    *holdAfter    // an armed HoldAfter, not reached yet
+	stopped  uint64        // the workload's step when it last parked
 	parked   chan struct{} // this stop's: closed when the workload parks
 	resume   chan struct{} // this stop's: closed by Resume
 	hbParked chan struct{} // this stop's: closed when the heartbeat has parked
 	running  bool
-	finished chan struct{} // closed when Run returns
+	finished chan struct{} // closed when Run (or Start's run) returns
+	runErr   error         // Start's run's, once finished is closed
+	prog     progress      // the workload's boundaries (progress.go)
 	waiters  []stepWaiter
 	hbOn     bool          // a heartbeat goroutine runs
 	pace     uint64        // Pace's limit (0: none)
@@ -64,30 +64,57 @@ type stepWaiter struct {
 	ch   chan struct{}
 }
 
-// StartVM attaches to the vGPU at socket, opens the driver and prepares the
-// workload (seeded by seed; the driver's GTT permutation too).
-func StartVM(socket string, seed int64, wcfg guest.WorkloadConfig, opts Options) (*VM, error) {
+// NewVM attaches to the vGPU at socket and opens the driver, its GTT
+// permutation seeded by gttSeed; SetWorkload gives it a workload.
+func NewVM(socket string, gttSeed int64, opts Options) (*VM, error) {
 	bus, err := Attach(socket, opts)
 	if err != nil {
 		return nil, err
 	}
-	vm := &VM{opts: opts, bus: bus, wake: make(chan struct{}), paced: make(chan struct{})}
-	if vm.d, err = guest.Open(bus, guest.Options{Seed: seed, UseIRQ: !opts.NoIRQ}); err == nil {
-		vm.w, err = guest.NewWorkload(seed, wcfg)
-	}
-	if err != nil {
+	vm := &VM{opts: opts, bus: bus, wake: make(chan struct{}), paced: make(chan struct{}), prog: newProgress()}
+	if vm.d, err = guest.Open(bus, guest.Options{Seed: gttSeed, UseIRQ: !opts.NoIRQ}); err != nil {
 		bus.Close()
 		return nil, err
 	}
-	vm.w.SetGate(vm.gate)
 	return vm, nil
+}
+
+// StartVM attaches to the vGPU at socket, opens the driver and prepares the
+// workload (seeded by seed; the driver's GTT permutation too).
+func StartVM(socket string, seed int64, wcfg guest.WorkloadConfig, opts Options) (*VM, error) {
+	vm, err := NewVM(socket, seed, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := vm.SetWorkload(seed, wcfg); err != nil {
+		vm.Close()
+		return nil, err
+	}
+	return vm, nil
+}
+
+// SetWorkload prepares the workload of seed and cfg, for Run or Start
+// (before either).
+func (vm *VM) SetWorkload(seed int64, cfg guest.WorkloadConfig) error {
+	w, err := guest.NewWorkload(seed, cfg)
+	if err != nil {
+		return err
+	}
+	w.SetGate(vm.gate)
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	if vm.running {
+		return errors.New("sim: the workload runs")
+	}
+	vm.w = w
+	return nil
 }
 
 // Workload returns the VM's workload (for step counts and op statistics).
 func (vm *VM) Workload() *guest.Workload { return vm.w }
 
-// Driver returns the VM's guest driver, for work of a test's own while
-// the workload does not run (it follows the VM when it moves).
+// Driver returns the VM's guest driver, for guest work of the caller's
+// own while the workload does not run (it follows the VM when it moves).
 func (vm *VM) Driver() *guest.Driver { return vm.d }
 
 // Run runs the workload for steps steps on the calling goroutine, stopping
@@ -101,6 +128,39 @@ func (vm *VM) Run(ctx context.Context, steps int) error {
 	return vm.w.Run(ctx, vm.d, steps)
 }
 
+// Start runs the workload for steps steps on a goroutine of its own;
+// Finished and Wait tell when it ends.
+func (vm *VM) Start(ctx context.Context, steps int) error {
+	end, err := vm.begin()
+	if err != nil {
+		return err
+	}
+	go func() {
+		err := vm.w.Run(ctx, vm.d, steps)
+		vm.mu.Lock()
+		vm.runErr = err
+		vm.mu.Unlock()
+		end()
+	}()
+	return nil
+}
+
+// Finished is closed when the workload's latest run (Run or Start) has
+// ended; nil before the first.
+func (vm *VM) Finished() <-chan struct{} {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	return vm.finished
+}
+
+// Wait waits for Start's run to end and returns its error.
+func (vm *VM) Wait() error {
+	<-vm.Finished()
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	return vm.runErr
+}
+
 // begin marks the VM running (one program at a time); end marks it
 // stopped and closes the channel Run's waiters watch.
 func (vm *VM) begin() (end func(), err error) {
@@ -108,6 +168,9 @@ func (vm *VM) begin() (end func(), err error) {
 	defer vm.mu.Unlock()
 	if vm.running {
 		return nil, errors.New("sim: VM already running")
+	}
+	if vm.w == nil {
+		return nil, errors.New("sim: VM without a workload (SetWorkload)")
 	}
 	vm.running, vm.finished = true, make(chan struct{})
 	fin := vm.finished
@@ -133,13 +196,18 @@ func (vm *VM) gate(ctx context.Context) error {
 		}
 	}
 	vm.waiters = kept
+	vm.recordLocked(steps)
 	if at := vm.at; at != nil && steps == at.step {
 		if at.count++; at.count >= at.op {
 			vm.at, vm.holdReq = nil, true
 		}
 	}
+	if a := vm.after; a != nil && vm.reachedLocked(a) {
+		vm.after, vm.holdReq = nil, true
+	}
 	for {
 		if vm.pauseReq || vm.holdReq {
+			vm.stopped = steps
 			parked, resume := vm.parked, vm.resume
 			vm.mu.Unlock()
 			if !park(parked, resume, ctx.Done()) {
@@ -189,7 +257,9 @@ func (vm *VM) wakeLocked() {
 
 // stoppingLocked reports whether a stop (hold or pause) is armed or in
 // place.
-func (vm *VM) stoppingLocked() bool { return vm.pauseReq || vm.holdReq || vm.at != nil }
+func (vm *VM) stoppingLocked() bool {
+	return vm.pauseReq || vm.holdReq || vm.at != nil || vm.after != nil
+}
 
 // beginStopLocked makes the channels of a new stop.
 func (vm *VM) beginStopLocked() {
@@ -257,10 +327,10 @@ func (vm *VM) Pause(ctx context.Context) error {
 		vm.mu.Unlock()
 		return errors.New("sim: VM already paused or pausing")
 	}
-	if !vm.holdReq && vm.at == nil {
+	if !vm.holdReq && vm.at == nil && vm.after == nil {
 		vm.beginStopLocked()
 	}
-	vm.pauseReq, vm.at = true, nil
+	vm.pauseReq, vm.at, vm.after = true, nil, nil
 	vm.wakeLocked()
 	parked, fin, running, hb, hbParked := vm.parked, vm.finished, vm.running, vm.hbOn, vm.hbParked
 	vm.mu.Unlock()
@@ -335,45 +405,18 @@ func (vm *VM) heartbeatGate(quit chan struct{}) bool {
 }
 
 // Resume lets a paused or held guest go on (and calls off an armed
-// HoldAt).
+// HoldAt or HoldAfter).
 func (vm *VM) Resume() {
 	vm.mu.Lock()
 	defer vm.mu.Unlock()
 	if vm.stoppingLocked() {
-		vm.pauseReq, vm.holdReq, vm.at = false, false, nil
+		vm.pauseReq, vm.holdReq, vm.at, vm.after = false, false, nil, nil
 		close(vm.resume)
 	}
-}
-
-// Move re-attaches the paused VM to the vGPU at socket, keeping guest RAM,
-// and rebinds the driver: what a migration's destination QEMU and the
-// migrated guest see.
-func (vm *VM) Move(socket string) error {
-	vm.busMu.Lock()
-	defer vm.busMu.Unlock()
-	fd, err := unix.Dup(int(vm.bus.RAMFile().Fd()))
-	if err != nil {
-		return fmt.Errorf("sim: keeping guest RAM: %w", err)
-	}
-	ram := os.NewFile(uintptr(fd), "guest-ram")
-	defer ram.Close()
-	opts := vm.opts
-	opts.RAM, opts.RAMSize = ram, 0
-	bus, err := Attach(socket, opts)
-	if err != nil {
-		return err
-	}
-	// The old attachment goes after the new one runs, off the resume's
-	// path: a destination QEMU never tears down the source's mappings
-	// (unmapping a large aperture takes a while).
-	old := vm.bus
-	vm.bus = bus
-	go old.Close()
-	return vm.d.Rebind(vm.bus)
 }
 
 // Digest is the workload's graphics-memory digest.
 func (vm *VM) Digest() ([32]byte, error) { return vm.w.Digest(vm.d) }
 
 // Close detaches from the vGPU.
-func (vm *VM) Close() error { return vm.bus.Close() }
+func (vm *VM) Close() error { return vm.Bus().Close() }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/gmig-dev/gmig/engine"
+	"github.com/gmig-dev/gmig/engine/nvidia"
 	"github.com/gmig-dev/gmig/internal/pool"
 )
 
@@ -40,11 +41,11 @@ func (v *VGPU) newBackend(mem []byte, part pool.Partition) (engine.Backend, erro
 	if v.cfg.Backend != BackendCUDA {
 		return engine.NewSoftware(mem), nil
 	}
-	g, err := engine.OpenGPU(GPUOrdinal)
+	g, err := nvidia.OpenGPU(GPUOrdinal)
 	if err != nil {
 		return nil, fmt.Errorf("vgpu %s: %s back end: %w", v.cfg.Name, BackendCUDA, err)
 	}
-	b, err := engine.NewNVIDIA(engine.NVIDIAConfig{
+	b, err := nvidia.NewNVIDIA(nvidia.NVIDIAConfig{
 		GPU:       g,
 		Window:    mem[part.Offset:part.End():part.End()],
 		WindowOff: part.Offset,
@@ -72,4 +73,4 @@ func (v *VGPU) closeBackend() {
 
 // GPU returns the vGPU's CUDA back end, or nil for the software back end:
 // its page hasher (for a migration's tracker) and traffic counters.
-func (v *VGPU) GPU() *engine.NVIDIA { return v.gpu }
+func (v *VGPU) GPU() *nvidia.NVIDIA { return v.gpu }

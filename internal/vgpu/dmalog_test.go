@@ -34,13 +34,13 @@ func TestDMALoggingFromEngineWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := migtest.Attach(t, migtest.ServeDevice(t, v, n), 1, sim.Options{})
-	c := m.Bus.Client()
+	c := m.Bus().Client()
 	const pg = vfio.DMALogPageSize
-	ga, err := m.D.Alloc(4 * pg)
+	ga, err := m.Driver().Alloc(4 * pg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	gpa, _, err := m.Bus.DMA().Alloc(16 * pg)
+	gpa, _, err := m.Bus().DMA().Alloc(16 * pg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,10 +49,10 @@ func TestDMALoggingFromEngineWrites(t *testing.T) {
 	}
 	dmaFrom := func(ga, gpa, n uint64) {
 		t.Helper()
-		if err := m.D.DMAFromGfx(ga, gpa, n); err != nil {
+		if err := m.Driver().DMAFromGfx(ga, gpa, n); err != nil {
 			t.Fatal(err)
 		}
-		if err := m.D.Wait(ctx, m.D.Fence(0)); err != nil {
+		if err := m.Driver().Wait(ctx, m.Driver().Fence(0)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gmig-dev/gmig/abi"
 	"github.com/gmig-dev/gmig/engine"
+	"github.com/gmig-dev/gmig/engine/nvidia"
 	"github.com/gmig-dev/gmig/gtt"
 	"github.com/gmig-dev/gmig/internal/pci"
 	"github.com/gmig-dev/gmig/mmio"
@@ -20,7 +21,7 @@ import (
 // useCUDA makes the cuda back end available to this test: GPU 0 where
 // there is one, the model of a GPU (GMIG_CUDA_MODEL=1) elsewhere.
 func useCUDA(t *testing.T) {
-	if _, err := engine.OpenGPU(GPUOrdinal); err != nil {
+	if _, err := nvidia.OpenGPU(GPUOrdinal); err != nil {
 		t.Setenv("GMIG_CUDA_MODEL", "1")
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gmig-dev/gmig/abi"
 	"github.com/gmig-dev/gmig/engine"
+	"github.com/gmig-dev/gmig/engine/nvidia"
 	"github.com/gmig-dev/gmig/gtt"
 	"github.com/gmig-dev/gmig/internal/apilog"
 	"github.com/gmig-dev/gmig/internal/pci"
@@ -90,7 +91,7 @@ type VGPU struct {
 	dma    *vfio.DMATable
 	irqs   *vfio.IRQTable
 	apiLog *apilog.Log    // what memory hashes cannot capture, for migration
-	gpu    *engine.NVIDIA // the CUDA back end, nil for software (backend.go)
+	gpu    *nvidia.NVIDIA // the CUDA back end, nil for software (backend.go)
 
 	fences, faults, written, beats atomic.Uint64
 	wroteHook                      atomic.Pointer[func(off, n uint64)]

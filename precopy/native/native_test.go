@@ -15,6 +15,7 @@ import (
 	"github.com/gmig-dev/gmig/guest"
 	"github.com/gmig-dev/gmig/internal/migtest"
 	"github.com/gmig-dev/gmig/internal/pool"
+	"github.com/gmig-dev/gmig/internal/sim"
 	"github.com/gmig-dev/gmig/internal/vgpu"
 	"github.com/gmig-dev/gmig/precopy"
 	"github.com/gmig-dev/gmig/precopy/stream"
@@ -478,8 +479,11 @@ func TestNativeUnderWorkload(t *testing.T) {
 	m := migtest.StartVM(ctx, t, cur.Served, 1, seed, steps, guest.WorkloadConfig{Check: true})
 	for i := range migrations {
 		next := newServed((i+1)%2, fmt.Sprintf("g%d", i+1), precopy.Strategies[(i+1)%len(precopy.Strategies)])
-		sc := m.Bus.Client()
-		paused, resume := m.PauseAfter(10+15*i, nil)
+		sc := m.Bus().Client()
+		paused, err := m.HoldAfter(10+15*i, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
 		setMigState(t, sc, vfio.MigStatePreCopy)
 		data := readMigData(t, sc, 0)
 		select {
@@ -491,22 +495,27 @@ func TestNativeUnderWorkload(t *testing.T) {
 		data = append(data, readMigData(t, sc, 0)...)
 		setMigState(t, sc, vfio.MigStateStop)
 
-		bus, rebind := m.AttachTo(next.Served)
+		bus, rebind, err := m.MoveTo(next.Served.Path, sim.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
 		if err := bus.Client().LoadDevice(bytes.NewReader(data)); err != nil {
 			t.Fatalf("migration %d: %v", i+1, err)
 		}
 		setMigState(t, bus.Client(), vfio.MigStateRunning)
-		rebind()
-		resume()
+		if err := rebind(); err != nil {
+			t.Fatal(err)
+		}
+		m.Resume()
 		cur.Close()
 		t.Logf("migration %d: %d bytes of migration data, guest paused at step %d, pool offset %#x",
-			i+1, len(data), m.PausedAt(), next.V.Partition().Offset)
+			i+1, len(data), m.StoppedAt(), next.V.Partition().Offset)
 		cur = next
 	}
 	if err := m.Wait(); err != nil {
 		t.Fatalf("workload after %d migrations: %v", migrations, err)
 	}
-	got := m.Digest()
+	got := migtest.Digest(t, m)
 	if want := migtest.Reference(ctx, t, hosts[0], seed, steps, mem, guest.WorkloadConfig{}); got != want {
 		t.Fatalf("digest after %d migrations %x, never migrated %x", migrations, got, want)
 	}

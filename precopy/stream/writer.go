@@ -263,7 +263,7 @@ func prepareFrozen(idx []uint32, mem []byte, hashes []uint64) frozenBatch {
 			zeros++
 			continue
 		}
-		iov = append(iov, b[cut:len(b)], page)
+		iov = append(iov, b[cut:], page)
 		cut = len(b)
 		payload += PageSize
 	}

@@ -1,0 +1,28 @@
+package engine
+
+import "testing"
+
+// The checks of backends_test.go for back ends of other packages, which
+// this package's tests cannot import (they import engine): the external
+// tests (package engine_test) run them on those back ends.
+
+// NewBackend makes a back end over window (the harness's host pool) for t.
+type NewBackend func(t testing.TB, window []byte) Backend
+
+// RunDifferential is runDifferential: newB's back end against the software
+// one over identical copies of win, seed varying the operations.
+func RunDifferential(t *testing.T, newB NewBackend, win []byte, seed uint64) {
+	runDifferential(t, newB, win, seed)
+}
+
+// RunEngineModel is runEngineModel on newB's back end.
+func RunEngineModel(t *testing.T, newB NewBackend) { runEngineModel(t, withBackend(newB)) }
+
+// RunGuestModule is runGuestModule on newB's back end, which must run guest
+// modules and have a device address space (MirrorBase, Close).
+func RunGuestModule(t *testing.T, newB NewBackend) { runGuestModule(t, withBackend(newB)) }
+
+// withBackend runs a harness on newB's back end over its pool.
+func withBackend(newB NewBackend) harnessOpt {
+	return func(h *harness, c *Config) { c.Backend = newB(h.t, h.pool) }
+}

@@ -1,0 +1,252 @@
+package nvidia
+
+// A software model of a CUDA device (gpuDevice): device addresses name Go
+// byte slices, kernels.cu's kernels are played in Go. The NVIDIA back end
+// runs on it unchanged, so its bookkeeping (pending ranges, pieces, gaps,
+// scratch, write-back, guest-module page diffs) can be checked, under the
+// race detector, on machines without a GPU: the engine's tests use it
+// directly, and OpenGPU returns it when GMIG_CUDA_MODEL=1, so that the
+// cuda-tagged tests of other packages and gmig-nvbench run on it too.
+// The model runs the one guest module the tests load ("scale").
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"sync"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/gmig-dev/gmig/engine/cpuref"
+	"github.com/gmig-dev/gmig/internal/cuda"
+)
+
+// Function numbers of the model's kernels.
+const (
+	mCopy cuda.Function = iota + 1
+	mFill
+	mSaxpy
+	mStencil
+	mRender
+	mHash
+	mDiff
+	mScale // the guest module of the module tests
+	mNop   // gmig-nvbench's empty guest module
+)
+
+type modelRegion struct {
+	base cuda.DevPtr
+	mem  []byte
+}
+
+type modelDevice struct {
+	mu      sync.Mutex
+	next    cuda.DevPtr
+	regions []modelRegion // sorted by base
+	streams int
+	mapped  map[cuda.DevPtr]bool // mappings' bases (for Move)
+}
+
+// NewModelGPU returns a GPU backed by the software model of a CUDA device:
+// the NVIDIA back end on it runs everywhere, for tests (engine's among
+// them) on machines without a GPU.
+func NewModelGPU() *GPU {
+	d := &modelDevice{next: 0x7f0000000000, mapped: map[cuda.DevPtr]bool{}}
+	return &GPU{ops: d, fill: 8, fn: gpuKernels{
+		copyPieces: mCopy, fillPieces: mFill, saxpy: mSaxpy, stencil: mStencil,
+		render: mRender, hashPages: mHash, diffHashes: mDiff,
+	}}
+}
+
+func (d *modelDevice) add(mem []byte) cuda.DevPtr {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	base := d.next
+	d.next += cuda.DevPtr(len(mem)+(1<<21)) &^ 0xfff
+	d.regions = append(d.regions, modelRegion{base, mem})
+	sort.Slice(d.regions, func(i, j int) bool { return d.regions[i].base < d.regions[j].base })
+	return base
+}
+
+func (d *modelDevice) remove(base cuda.DevPtr) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for i, r := range d.regions {
+		if r.base == base {
+			d.regions = append(d.regions[:i], d.regions[i+1:]...)
+			return nil
+		}
+	}
+	return fmt.Errorf("model: no region at %#x", base)
+}
+
+// at returns the n bytes at device address p.
+func (d *modelDevice) at(p uint64, n uint64) []byte {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, r := range d.regions {
+		if uint64(r.base) <= p && p+n <= uint64(r.base)+uint64(len(r.mem)) {
+			o := p - uint64(r.base)
+			return r.mem[o : o+n : o+n]
+		}
+	}
+	panic(fmt.Sprintf("model: device access [%#x, +%#x) outside every allocation", p, n))
+}
+
+func (d *modelDevice) NewStream() (cuda.Stream, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.streams++
+	return cuda.Stream(d.streams), nil
+}
+func (d *modelDevice) DestroyStream(cuda.Stream) error { return nil }
+func (d *modelDevice) Sync(cuda.Stream) error          { return nil }
+func (d *modelDevice) HostRegister(b []byte) (cuda.DevPtr, error) {
+	return d.add(b), nil
+}
+func (d *modelDevice) HostUnregister(b []byte) error {
+	d.mu.Lock()
+	var base cuda.DevPtr
+	for _, r := range d.regions {
+		if len(r.mem) > 0 && &r.mem[0] == &b[0] {
+			base = r.base
+		}
+	}
+	d.mu.Unlock()
+	return d.remove(base)
+}
+func (d *modelDevice) AllocHostMapped(n uint64) ([]byte, cuda.DevPtr, error) {
+	b := make([]byte, n)
+	return b, d.add(b), nil
+}
+func (d *modelDevice) FreeHost(b []byte) error { return d.HostUnregister(b) }
+func (d *modelDevice) Alloc(n uint64) (cuda.DevPtr, error) {
+	return d.add(make([]byte, n)), nil
+}
+func (d *modelDevice) Free(p cuda.DevPtr) error { return d.remove(p) }
+
+type modelMapping struct {
+	d    *modelDevice
+	base cuda.DevPtr
+}
+
+func (d *modelDevice) NewMapping(size uint64, addr cuda.DevPtr) (gpuMapping, error) {
+	size = (size + 1<<21 - 1) &^ (1<<21 - 1)
+	return &modelMapping{d, d.add(make([]byte, size))}, nil
+}
+func (m *modelMapping) Addr() cuda.DevPtr { return m.base }
+func (m *modelMapping) Close() error      { return m.d.remove(m.base) }
+
+// Move re-bases the same bytes at addr if no region is there.
+func (m *modelMapping) Move(addr cuda.DevPtr) (bool, error) {
+	d := m.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var mem []byte
+	for _, r := range d.regions {
+		if r.base == addr {
+			return false, nil
+		}
+		if r.base == m.base {
+			mem = r.mem
+		}
+	}
+	for i := range d.regions {
+		if d.regions[i].base == m.base {
+			d.regions[i].base = addr
+		}
+	}
+	sort.Slice(d.regions, func(i, j int) bool { return d.regions[i].base < d.regions[j].base })
+	m.base = addr
+	_ = mem
+	return true, nil
+}
+
+func (d *modelDevice) CopyHtoD(dst cuda.DevPtr, src []byte, _ cuda.Stream) error {
+	copy(d.at(uint64(dst), uint64(len(src))), src)
+	return nil
+}
+
+func (d *modelDevice) CopyDtoH(dst []byte, src cuda.DevPtr, _ cuda.Stream) error {
+	copy(dst, d.at(uint64(src), uint64(len(dst))))
+	return nil
+}
+
+func (d *modelDevice) LoadModule([]byte) (cuda.Module, error) { return 1, nil }
+func (d *modelDevice) Function(_ cuda.Module, name string) (cuda.Function, error) {
+	switch name {
+	case "scale":
+		return mScale, nil
+	case "nop":
+		return mNop, nil
+	}
+	return 0, errors.New("model: no such kernel")
+}
+func (d *modelDevice) UnloadModule(cuda.Module) error { return nil }
+
+// Launch plays the kernel (grid and block sizes do not matter to the
+// model, except that a grid of one block for the piece kernels is what
+// orders pieces: the model always runs them in order).
+func (d *modelDevice) Launch(f cuda.Function, _, _ uint32, _ cuda.Stream, a ...uint64) error {
+	u32 := func(b []byte) []uint32 { return cpuref.U32View(b) }
+	switch f {
+	case mCopy, mFill:
+		tab := d.at(a[0], 24*a[1])
+		for i := uint64(0); i < a[1]; i++ {
+			src := binary.LittleEndian.Uint64(tab[24*i:])
+			dst := binary.LittleEndian.Uint64(tab[24*i+8:])
+			n := binary.LittleEndian.Uint64(tab[24*i+16:])
+			if n == 0 {
+				continue
+			}
+			if f == mCopy {
+				copy(d.at(dst, n), d.at(src, n))
+				continue
+			}
+			var pat [4]byte
+			binary.LittleEndian.PutUint32(pat[:], uint32(a[2]))
+			cpuref.FillBytes(d.at(dst, n), pat, int(src&3))
+		}
+	case mSaxpy:
+		n := a[0]
+		cpuref.Saxpy(math.Float32frombits(uint32(a[1])), cpuref.F32View(d.at(a[2], 4*n)), cpuref.F32View(d.at(a[3], 4*n)))
+	case mStencil:
+		w, h := int(a[0]), int(a[1])
+		n := uint64(4 * w * h)
+		cpuref.StencilRows(w, h, 0, h, cpuref.F32View(d.at(a[2], n)), 0, cpuref.F32View(d.at(a[3], n)))
+	case mRender:
+		w, h := uint32(a[0]), uint32(a[1])
+		cpuref.RenderPixels(w, 0, uint32(a[2]), u32(d.at(a[3], 4*uint64(w)*uint64(h))))
+	case mHash:
+		base, list, n, out := a[0], a[1], a[2], a[3]
+		outs := d.at(out, 8*n)
+		for k := uint64(0); k < n; k++ {
+			p := k
+			if list != 0 {
+				p = uint64(binary.LittleEndian.Uint32(d.at(list+4*k, 4)))
+			}
+			binary.LittleEndian.PutUint64(outs[8*k:], xxhash.Sum64(d.at(base+4096*p, 4096)))
+		}
+	case mDiff:
+		x, y, n := d.at(a[0], 8*a[2]), d.at(a[1], 8*a[2]), a[2]
+		list, count := a[3], d.at(a[4], 4)
+		for k := uint64(0); k < n; k++ {
+			if binary.LittleEndian.Uint64(x[8*k:]) != binary.LittleEndian.Uint64(y[8*k:]) {
+				c := binary.LittleEndian.Uint32(count)
+				binary.LittleEndian.PutUint32(d.at(list+4*uint64(c), 4), uint32(k))
+				binary.LittleEndian.PutUint32(count, c+1)
+			}
+		}
+	case mScale: // base, threads, off, mul
+		w := u32(d.at(a[0]+a[2], 4*a[1]))
+		for i := range w {
+			w[i] *= uint32(a[3])
+		}
+	case mNop:
+	default:
+		return fmt.Errorf("model: unknown kernel %d", f)
+	}
+	return nil
+}

@@ -1,0 +1,19 @@
+package nvidia
+
+import "unsafe"
+
+// pieceTable views pinned host memory as a table of pieces, the layout
+// kernels.cu's struct piece has (three little-endian u64s).
+func pieceTable(raw []byte) []nvPiece {
+	return unsafe.Slice((*nvPiece)(unsafe.Pointer(unsafe.SliceData(raw))), len(raw)/int(unsafe.Sizeof(nvPiece{})))
+}
+
+// u64Words views pinned host memory as 64-bit words.
+func u64Words(raw []byte) []uint64 {
+	return unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(raw))), len(raw)/8)
+}
+
+// u32Words views pinned host memory as 32-bit words.
+func u32Words(raw []byte) []uint32 {
+	return unsafe.Slice((*uint32)(unsafe.Pointer(unsafe.SliceData(raw))), len(raw)/4)
+}

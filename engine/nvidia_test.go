@@ -1,0 +1,65 @@
+package engine_test
+
+// The engine's checks of every back end (backends_test.go) on the NVIDIA
+// back end over the software model of a device: every build, no GPU
+// needed. nvidia_cuda_test.go runs them on a real GPU.
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/gmig-dev/gmig/engine"
+	"github.com/gmig-dev/gmig/engine/nvidia"
+)
+
+// newNVIDIAOn makes an NVIDIA back end on g over window, closed with the
+// test, which logs its traffic first.
+func newNVIDIAOn(t testing.TB, g *nvidia.GPU, window []byte, wb nvidia.WriteBack, modules bool) *nvidia.NVIDIA {
+	t.Helper()
+	b, err := nvidia.NewNVIDIA(nvidia.NVIDIAConfig{GPU: g, Window: window, WriteBack: wb, Modules: modules})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := b.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	t.Cleanup(func() {
+		st := b.Stats()
+		t.Logf("%d ops: %d B read from the window by kernels, %d B written back, %d B gap uploads",
+			st.Commands, st.HostReadBytes, st.WriteBackBytes, st.GapBytes)
+	})
+	return b
+}
+
+// onNVIDIA makes NVIDIA back ends on g that write back at fences.
+func onNVIDIA(g *nvidia.GPU, modules bool) engine.NewBackend {
+	return func(t testing.TB, window []byte) engine.Backend {
+		return newNVIDIAOn(t, g, window, nvidia.WriteBackFence, modules)
+	}
+}
+
+// runDifferential is engine.RunDifferential on g under both write-back
+// policies.
+func runDifferential(t *testing.T, g *nvidia.GPU, win []byte) {
+	for _, wb := range []nvidia.WriteBack{nvidia.WriteBackFence, nvidia.WriteBackCommand} {
+		t.Run(fmt.Sprint("writeback", wb), func(t *testing.T) {
+			engine.RunDifferential(t, func(t testing.TB, window []byte) engine.Backend {
+				return newNVIDIAOn(t, g, window, wb, false)
+			}, win, uint64(wb))
+		})
+	}
+}
+
+func TestNVIDIAModelMatchesSoftware(t *testing.T) {
+	runDifferential(t, nvidia.NewModelGPU(), make([]byte, 8<<20))
+}
+
+func TestNVIDIAModelEngine(t *testing.T) {
+	engine.RunEngineModel(t, onNVIDIA(nvidia.NewModelGPU(), false))
+}
+
+func TestNVIDIAModelGuestModule(t *testing.T) {
+	engine.RunGuestModule(t, onNVIDIA(nvidia.NewModelGPU(), true))
+}
