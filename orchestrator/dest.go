@@ -142,6 +142,9 @@ func (d *Destination) serveConn(ctx context.Context, c net.Conn) {
 			return
 		}
 		ch <- c // buffered: the migration owns and closes it
+	case kindCheck:
+		defer c.Close()
+		d.check(ctx, c, h.ID)
 	case kindQuery:
 		defer c.Close()
 		_ = c.SetWriteDeadline(time.Now().Add(d.opts.Timeouts.Message))

@@ -45,6 +45,9 @@ type Report struct {
 	VMMLive      time.Duration `json:"vmm_live_ns"`  // the VMM's own migration before its pause
 	Total        time.Duration `json:"total_ns"`     // the whole migration, first message to the end
 	ConfigWrites int           `json:"config_writes"`
+	// Estimate is the stop phase as estimated before the pause (only
+	// with Source.MaxDowntime; estimate.go).
+	Estimate *Estimate `json:"estimate,omitempty"`
 }
 
 // Term is one consecutive part of the downtime.

@@ -62,7 +62,15 @@ type Source struct {
 	// the VM: destinationRuns true) or rolled back (it does not: the VM
 	// runs here again), and OnResolved is called with the answer.
 	OnResolved func(destinationRuns bool)
-	Log        zerolog.Logger
+	// Control, if set, is the owner's handle on the migration: its ID,
+	// cancel before the commit, bandwidth (job.go). nil: none.
+	Control *Control
+	// MaxDowntime, if positive, bounds the estimated stop phase: before
+	// the VMM's migration (which may pause the VM at any moment), extra
+	// pre-copy rounds run until the estimate fits, or the migration rolls
+	// back with ErrDowntime (estimate.go).
+	MaxDowntime time.Duration
+	Log         zerolog.Logger
 }
 
 // Migrate moves the VM and its vGPU to the destination (doc.go, "The
@@ -74,7 +82,10 @@ type Source struct {
 // vGPU quiesced: the caller keeps both until Resolve says which side owns
 // the VM.
 func Migrate(ctx context.Context, s Source) (Report, error) {
-	m := &outgoing{Source: s, id: newID(), start: time.Now()}
+	if s.Control == nil {
+		s.Control = NewControl(0)
+	}
+	m := &outgoing{Source: s, id: s.Control.ID(), start: time.Now()}
 	if m.Transport == nil {
 		m.Transport = TCP{}
 	}
@@ -122,22 +133,26 @@ func (m *outgoing) run(ctx context.Context) error {
 			}
 		}
 	}()
+	// Up to the commit point the owner may cancel (Control.Cancel): jctx
+	// ends, and the migration rolls back as on any failure.
+	jctx, unbind := m.Control.bind(ctx)
+	defer unbind()
 	m.progress.enter(PhasePrepare)
-	incoming, err := m.prepare(ctx)
+	incoming, err := m.prepare(jctx)
 	if err != nil {
-		return m.rollback(ctx, "prepare", err)
+		return m.rollback(ctx, "prepare", cancelCause(jctx, err))
 	}
 	// Until the commit the destination says nothing on the control
 	// connection but why it gave up: that, or its end (a dead gmigd, a
 	// cut link), stops the migration at once, whatever phase is waiting.
-	pctx, stopWatch := m.watchControl(ctx)
+	pctx, stopWatch := m.watchControl(jctx)
 	if err := m.live(pctx, incoming); err != nil {
 		stopWatch()
-		return m.rollback(ctx, "pre-copy", hungUp(ctx, pctx, err))
+		return m.rollback(ctx, "pre-copy", cancelCause(jctx, hungUp(jctx, pctx, err)))
 	}
 	if err := m.stop(pctx); err != nil {
 		stopWatch()
-		return m.rollback(ctx, "stop phase", hungUp(ctx, pctx, err))
+		return m.rollback(ctx, "stop phase", cancelCause(jctx, hungUp(jctx, pctx, err)))
 	}
 	m.progress.enter(PhaseSwitchover)
 	err = m.VM.Switchover(pctx)
@@ -145,7 +160,10 @@ func (m *outgoing) run(ctx context.Context) error {
 		err = context.Cause(pctx)
 	}
 	if err != nil {
-		return m.rollback(ctx, "VMM switchover", hungUp(ctx, pctx, err))
+		return m.rollback(ctx, "VMM switchover", cancelCause(jctx, hungUp(jctx, pctx, err)))
+	}
+	if err := m.Control.commitPoint(jctx); err != nil {
+		return m.rollback(ctx, "commit point", err)
 	}
 	m.times.switched = time.Now()
 	m.rep.VMM = m.VM.Progress()
@@ -256,7 +274,17 @@ func (m *outgoing) prepare(ctx context.Context) (string, error) {
 		Strategy: m.rep.Strategy,
 	}
 	var r ready
+	// The exchange waits on deadlines only: a cancel (the owner's, or the
+	// caller's ctx) ends it at once, as it ends the later phases.
+	stop := context.AfterFunc(ctx, func() { _ = m.ctl.SetDeadline(time.Now()) })
 	err = exchange(m.ctl, m.Timeouts.Message, p, &r)
+	switch {
+	case stop():
+	case err != nil:
+		err = fmt.Errorf("%w (%w)", context.Cause(ctx), err)
+	default: // the answer came as the cancel did: the cancel wins
+		err = context.Cause(ctx)
+	}
 	switch {
 	case err != nil:
 		return "", err
@@ -279,7 +307,7 @@ func (m *outgoing) live(ctx context.Context, incoming string) error {
 	}
 	opts := m.Precopy
 	opts.Log = m.log
-	if m.src, err = precopy.NewSource(m.VGPU, m.data, opts); err != nil {
+	if m.src, err = precopy.NewSource(m.VGPU, newLimitedConn(m.data, m.Control.limit), opts); err != nil {
 		return err
 	}
 	m.progress.track(m.src.Sent, uint64(m.src.Pages()))
@@ -289,6 +317,13 @@ func (m *outgoing) live(ctx context.Context, incoming string) error {
 		return err
 	}
 	m.rep.VGPULive = time.Since(t)
+	var link float64 // bytes/s; 0: nothing sent live (stop-and-copy)
+	if _, sent := m.src.Sent(); sent > 0 && m.rep.VGPULive > 0 {
+		link = float64(sent) / m.rep.VGPULive.Seconds()
+	}
+	if err := m.converge(ctx, link); err != nil {
+		return err
+	}
 
 	// The VMM's migration starts only now, so the VM is never paused
 	// before the vGPU's live phase has ended (QEMU 11.1 cannot be told to
@@ -298,7 +333,9 @@ func (m *outgoing) live(ctx context.Context, incoming string) error {
 	if err := m.VM.Migrate(ctx, incoming); err != nil {
 		return fmt.Errorf("starting the VMM's migration: %w", err)
 	}
+	stopShare := m.shareBandwidth(ctx)
 	paused, err := m.VM.WaitPaused(ctx)
+	stopShare()
 	if err != nil {
 		return fmt.Errorf("waiting for the VMM to pause the VM: %w", err)
 	}

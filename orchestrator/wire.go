@@ -29,6 +29,7 @@ const (
 	kindMigrate = "migrate" // the control connection of one migration
 	kindData    = "data"    // the vGPU stream of one migration
 	kindQuery   = "query"   // asks a migration's outcome
+	kindCheck   = "check"   // a dry run: would a migration land? (check.go)
 )
 
 type hello struct {

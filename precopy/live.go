@@ -51,20 +51,18 @@ func (s *Source) live(ctx context.Context) (rounds int, err error) {
 		return 0, err
 	}
 	rounds = 1
+	s.lastScan = time.Now()
 	for s.opts.Strategy == Iterative && rounds < s.opts.MaxRounds {
-		res, err := s.tr.Scan(ctx)
+		dirty, r, err := s.scanRound(ctx)
 		if err != nil {
 			return rounds, err
 		}
-		s.log.Debug().Int("round", rounds+1).Int("dirty", len(res.Dirty)).Ints("by_source", res.BySource[:]).
-			Dur("scan", res.Duration).Msg("pre-copy round")
-		if len(res.Dirty) <= s.opts.ConvergePages {
+		s.log.Debug().Int("round", rounds+1).Int("dirty", r.Dirty).Dur("scan", r.Scan).Msg("pre-copy round")
+		if r.Dirty <= s.opts.ConvergePages {
 			break
 		}
-		for lo := 0; lo < len(res.Dirty); lo += liveBatch {
-			if err := s.sendLive(ctx, res.Dirty[lo:min(lo+liveBatch, len(res.Dirty))]); err != nil {
-				return rounds, err
-			}
+		if err := s.resend(ctx, dirty); err != nil {
+			return rounds, err
 		}
 		rounds++
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -58,6 +59,7 @@ type Source struct {
 	peerErr atomic.Pointer[error] // set by the verdict reader on a refusal or a read error
 
 	sentPages, sentBytes atomic.Uint64 // page records and stream bytes written so far (Sent)
+	lastScan             time.Time     // the last live scan's start, or the first pass's end (round.go)
 
 	mu        sync.Mutex // guards the fields below
 	state     srcState
