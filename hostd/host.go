@@ -115,6 +115,7 @@ type Host struct {
 
 	metrics *metrics
 	lock    *os.File // RunDir's lock, held until Close
+	jobs    jobTable // outgoing migrations (jobs.go)
 }
 
 // served is a vGPU with its vfio-user listener and server goroutine.

@@ -1,6 +1,7 @@
 package hostd
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -27,6 +28,13 @@ type MigrateOptions struct {
 	// (zero: qemu.DefaultMaxBandwidth and QEMU's own 300 ms).
 	MaxBandwidth  uint64
 	DowntimeLimit time.Duration
+	// Bandwidth limits the vGPU stream and QEMU's RAM together, in
+	// bytes/s (0: none); SetJobBandwidth changes it while it runs.
+	Bandwidth uint64
+	// MaxDowntime, if positive, bounds the estimated stop phase: the
+	// migration pre-copies more, or rolls back, rather than exceed it
+	// (orchestrator.Source.MaxDowntime).
+	MaxDowntime time.Duration
 }
 
 // MigrateVM moves VM name and its vGPU to the gmigd whose migration
@@ -50,14 +58,28 @@ func (h *Host) MigrateVM(ctx context.Context, name, peer string, opts MigrateOpt
 	}
 	h.metrics.migrationStarted("source")
 	phases := h.metrics.trackPhases()
+	ctl := orchestrator.NewControl(opts.Bandwidth)
+	job := h.jobs.start(Job{VM: name, Peer: peer, Strategy: string(cmp.Or(opts.Precopy.Strategy, precopy.OneShot)),
+		MaxDowntime: opts.MaxDowntime}, ctl)
 	rep, err := orchestrator.Migrate(ctx, orchestrator.Source{
 		VGPU: s.v, VM: vm, Beats: s.beats, Peer: peer, Transport: h.cfg.Transport,
 		VMKind: kind, VMSpec: spec, Name: r.vgpu,
-		Precopy: opts.Precopy, Timeouts: h.cfg.Timeouts, Progress: phases.progress(opts.Progress),
-		OnResolved: func(runsThere bool) { h.resolved(name, runsThere) },
-		Log:        h.log.With().Str("vm", name).Logger(),
+		Precopy: opts.Precopy, Timeouts: h.cfg.Timeouts,
+		Progress: phases.progress(func(p orchestrator.Progress) {
+			h.jobs.progress(job, p)
+			if opts.Progress != nil {
+				opts.Progress(p)
+			}
+		}),
+		OnResolved: func(runsThere bool) {
+			h.jobs.resolved(ctl.ID(), runsThere)
+			h.resolved(name, runsThere)
+		},
+		Control: ctl, MaxDowntime: opts.MaxDowntime,
+		Log: h.log.With().Str("vm", name).Logger(),
 	})
 	phases.end()
+	h.jobs.end(job, rep, err)
 	switch {
 	case err == nil:
 		h.metrics.migrationEnded("source", rep, nil)

@@ -60,7 +60,11 @@ type Outgoing struct {
 	final   *orchestrator.VMMProgress // once completed: QEMU may be gone
 }
 
-var _ orchestrator.SourceVM = (*Outgoing)(nil)
+var (
+	_ orchestrator.SourceVM         = (*Outgoing)(nil)
+	_ orchestrator.BandwidthSetter  = (*Outgoing)(nil)
+	_ orchestrator.DowntimeExpecter = (*Outgoing)(nil)
+)
 
 // Migrate starts QEMU's migration to target ("tcp:host:port").
 func (o *Outgoing) Migrate(ctx context.Context, target string) error {
@@ -101,6 +105,26 @@ func (o *Outgoing) parameters() map[string]any {
 		"max-bandwidth":  cmp.Or(o.MaxBandwidth, DefaultMaxBandwidth),
 		"downtime-limit": max(limit.Milliseconds(), 1), // QEMU takes whole milliseconds, 1 the least
 	}
+}
+
+// SetMaxBandwidth changes QEMU's max-bandwidth for the RAM stream while
+// it migrates (orchestrator.BandwidthSetter; 0: MaxBandwidth, or
+// DefaultMaxBandwidth).
+func (o *Outgoing) SetMaxBandwidth(_ context.Context, bytesPerSec uint64) error {
+	bw := cmp.Or(bytesPerSec, o.MaxBandwidth, DefaultMaxBandwidth)
+	if _, err := o.VM.QMP("migrate-set-parameters", map[string]any{"max-bandwidth": bw}); err != nil {
+		return fmt.Errorf("qemu: setting max-bandwidth %d: %w", bw, err)
+	}
+	return nil
+}
+
+// ExpectedDowntime is the stop QEMU's RAM convergence aims at, its
+// downtime-limit (orchestrator.DowntimeExpecter).
+func (o *Outgoing) ExpectedDowntime() time.Duration {
+	if o.DowntimeLimit <= 0 {
+		return DefaultDowntimeLimit
+	}
+	return max(o.DowntimeLimit, time.Millisecond)
 }
 
 // WaitPaused waits for QEMU to stop the VM before its switchover and

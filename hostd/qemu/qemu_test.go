@@ -157,9 +157,14 @@ func TestOutgoingParameters(t *testing.T) {
 		{0, time.Microsecond, DefaultMaxBandwidth, 1},
 		{0, -time.Second, DefaultMaxBandwidth, 20},
 	} {
-		p := (&Outgoing{MaxBandwidth: c.bw, DowntimeLimit: c.limit}).parameters()
+		o := &Outgoing{MaxBandwidth: c.bw, DowntimeLimit: c.limit}
+		p := o.parameters()
 		if p["max-bandwidth"] != c.wantBW || p["downtime-limit"] != c.wantDown {
 			t.Errorf("bandwidth %d limit %v: parameters %v, want max-bandwidth %d downtime-limit %d", c.bw, c.limit, p, c.wantBW, c.wantDown)
+		}
+		// The orchestrator's stop-phase estimate counts what QEMU is told.
+		if got := o.ExpectedDowntime(); got.Milliseconds() != c.wantDown {
+			t.Errorf("limit %v: ExpectedDowntime %v, want %d ms", c.limit, got, c.wantDown)
 		}
 	}
 }
