@@ -37,7 +37,12 @@ import (
 //	                                JSON lines: {"progress": ...} while it runs,
 //	                                then {"report": ..., "outcome": ...} or
 //	                                {"error": ..., "report": ..., "outcome": ...}
-//	                                (outcome: MigrationOutcome)
+//	                                (outcome: MigrationOutcome); with "dry_run",
+//	                                one line {"check": ...} and nothing moves
+//	GET    /v1/migrations           migrations in flight and the last ended (api_jobs.go)
+//	GET    /v1/migrations/{id}      one, by ID or VM name
+//	POST   /v1/migrations/{id}/cancel     cancel before the commit
+//	POST   /v1/migrations/{id}/bandwidth  change the bandwidth limit
 //
 // A request body is one JSON value: unknown fields and anything after it
 // are refused. Errors are {"error": "..."} with 400 (bad request), 404 (no
@@ -102,6 +107,7 @@ func (h *Host) Handler() http.Handler {
 		w.WriteHeader(http.StatusNoContent)
 	})
 	h.vmRoutes(mux)
+	h.jobRoutes(mux)
 	return mux
 }
 

@@ -28,13 +28,23 @@ type MigrateRequest struct {
 	BackgroundRate int    `json:"background_rate,omitempty"` // oneshot: background re-hash, pages/s
 	MaxBandwidthMB uint64 `json:"max_bandwidth_mb,omitempty"`
 	DowntimeMS     int64  `json:"downtime_limit_ms,omitempty"`
+	// Bandwidth limits the vGPU stream and QEMU's RAM together, bytes/s
+	// (0: none); POST /v1/migrations/{id}/bandwidth changes it.
+	Bandwidth uint64 `json:"bandwidth,omitempty"`
+	// MaxDowntimeMS bounds the estimated pause → resume: more pre-copy,
+	// or a rollback with the reason, rather than exceed it (0: none).
+	MaxDowntimeMS int64 `json:"max_downtime_ms,omitempty"`
+	// DryRun checks the destination and estimates the stop phase; nothing
+	// moves (the answer is one line, {"check": ...}).
+	DryRun bool `json:"dry_run,omitempty"`
 }
 
 // MigrateEvent is one line of a migration's answer.
 type MigrateEvent struct {
-	Progress *orchestrator.Progress `json:"progress,omitempty"`
-	Report   *orchestrator.Report   `json:"report,omitempty"`
-	Error    string                 `json:"error,omitempty"`
+	Progress *orchestrator.Progress    `json:"progress,omitempty"`
+	Report   *orchestrator.Report      `json:"report,omitempty"`
+	Check    *orchestrator.CheckReport `json:"check,omitempty"` // a dry run's answer
+	Error    string                    `json:"error,omitempty"`
 	// Outcome is set on the last line: where the VM is (the Outcome
 	// constants).
 	Outcome string `json:"outcome,omitempty"`
@@ -154,8 +164,9 @@ func (h *Host) serveMigrate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, fmt.Errorf("%w: no destination (\"to\")", errBadRequest))
 		return
 	}
-	if req.BackgroundRate < 0 || req.DowntimeMS < 0 {
-		writeError(w, fmt.Errorf("%w: background_rate %d, downtime_limit_ms %d: want values ≥ 0", errBadRequest, req.BackgroundRate, req.DowntimeMS))
+	if req.BackgroundRate < 0 || req.DowntimeMS < 0 || req.MaxDowntimeMS < 0 {
+		writeError(w, fmt.Errorf("%w: background_rate %d, downtime_limit_ms %d, max_downtime_ms %d: want values ≥ 0",
+			errBadRequest, req.BackgroundRate, req.DowntimeMS, req.MaxDowntimeMS))
 		return
 	}
 	name := r.PathValue("name")
@@ -180,12 +191,24 @@ func (h *Host) serveMigrate(w http.ResponseWriter, r *http.Request) {
 	// migration resolves itself (roll-back or commit), never by a dropped
 	// HTTP connection.
 	ctx := context.WithoutCancel(r.Context())
-	rep, err := h.MigrateVM(ctx, name, req.To, MigrateOptions{
+	opts := MigrateOptions{
 		Precopy:       precopy.Options{Strategy: strategy, BackgroundRate: req.BackgroundRate},
 		Progress:      func(p orchestrator.Progress) { send(MigrateEvent{Progress: &p}) },
 		MaxBandwidth:  req.MaxBandwidthMB << 20,
 		DowntimeLimit: time.Duration(req.DowntimeMS) * time.Millisecond,
-	})
+		Bandwidth:     req.Bandwidth,
+		MaxDowntime:   time.Duration(req.MaxDowntimeMS) * time.Millisecond,
+	}
+	if req.DryRun {
+		check, err := h.CheckMigration(r.Context(), name, req.To, opts)
+		ev := MigrateEvent{Check: &check, Outcome: OutcomeNotStarted}
+		if err != nil {
+			ev.Error = err.Error()
+		}
+		send(ev)
+		return
+	}
+	rep, err := h.MigrateVM(ctx, name, req.To, opts)
 	ev := MigrateEvent{Report: &rep, Outcome: MigrationOutcome(err)}
 	if err != nil {
 		ev.Error = err.Error()
@@ -230,6 +253,20 @@ func (c *Client) AdoptVM(name string, req AdoptRequest) (VMInfo, error) {
 	return out, c.do(http.MethodPost, p, req, &out)
 }
 
+// CheckMigration runs a dry run of a migration (req.DryRun is implied):
+// the destination's checks and the estimate; nothing moves. A check that
+// fails is a *MigrationError (outcome "not-started") with the report.
+func (c *Client) CheckMigration(ctx context.Context, name string, req MigrateRequest) (orchestrator.CheckReport, error) {
+	req.DryRun = true
+	var check orchestrator.CheckReport
+	_, err := c.migrate(ctx, name, req, func(e MigrateEvent) {
+		if e.Check != nil {
+			check = *e.Check
+		}
+	})
+	return check, err
+}
+
 // ErrMigrationFailed is wrapped in every MigrationError.
 var ErrMigrationFailed = errors.New("hostd: migration failed")
 
@@ -258,6 +295,16 @@ func (e *MigrationError) Unwrap() []error {
 // the report. It waits as long as the migration takes. A migration that
 // fails is a *MigrationError.
 func (c *Client) Migrate(ctx context.Context, name string, req MigrateRequest, progress func(orchestrator.Progress)) (orchestrator.Report, error) {
+	return c.migrate(ctx, name, req, func(e MigrateEvent) {
+		if e.Progress != nil && progress != nil {
+			progress(*e.Progress)
+		}
+	})
+}
+
+// migrate sends a migration request and reads its answer's lines, each
+// seen by see, until the last.
+func (c *Client) migrate(ctx context.Context, name string, req MigrateRequest, see func(MigrateEvent)) (orchestrator.Report, error) {
 	p, err := namePath("/v1/vms/", name, "/migrate")
 	if err != nil {
 		return orchestrator.Report{}, err
@@ -282,19 +329,21 @@ func (c *Client) Migrate(ctx context.Context, name string, req MigrateRequest, p
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
 			return orchestrator.Report{}, fmt.Errorf("hostd: migrate %s: malformed answer line: %w", name, err)
 		}
+		see(e)
 		switch {
 		case e.Progress != nil:
-			if progress != nil {
-				progress(*e.Progress)
-			}
 		case e.Error != "":
 			var rep orchestrator.Report
 			if e.Report != nil {
 				rep = *e.Report
 			}
 			return rep, &MigrationError{Outcome: e.Outcome, Reason: e.Error}
-		case e.Report != nil:
-			return *e.Report, nil
+		case e.Report != nil, e.Check != nil:
+			var rep orchestrator.Report
+			if e.Report != nil {
+				rep = *e.Report
+			}
+			return rep, nil
 		}
 	}
 	if err := sc.Err(); err != nil {

@@ -4,6 +4,9 @@
 //	gmigd vgpu    create|list|show|rm   manage vGPUs of a running daemon
 //	gmigd vm      start|adopt|list|show|stop   manage VMs of a running daemon
 //	gmigd migrate VM --to HOST:PORT  live-migrate a VM and its vGPU to another gmigd
+//	gmigd migrate-status [ID|VM]     migrations in flight and past ones
+//	gmigd migrate-cancel ID|VM       cancel a migration before its commit (it rolls back)
+//	gmigd migrate-set-bandwidth ID|VM RATE  change a migration's bandwidth limit
 //	gmigd guest  [flags]            the built-in guest simulator against a vGPU socket
 //	gmigd demo   [flags]            two gmigd and a Linux VM under QEMU: a live migration and its report (-sim: in-process)
 //	gmigd certs  -out DIR -hosts a,b  a test CA and certificates for mutual TLS between gmigd
@@ -30,7 +33,10 @@ commands:
   serve    run the daemon (pool, vGPUs, vfio-user sockets, control API, migrations)
   vgpu     create, list, show or remove vGPUs of a running daemon
   vm       start, adopt, list, show or stop VMs of a running daemon
-  migrate  live-migrate a VM and its vGPU to another gmigd
+  migrate  live-migrate a VM and its vGPU to another gmigd (--dry-run: check only)
+  migrate-status         migrations in flight and past ones: phase, bytes, rates, estimate, outcome
+  migrate-cancel         cancel a migration before its commit: it rolls back, the VM runs on here
+  migrate-set-bandwidth  change a migration's bandwidth limit while it runs
   guest    run the built-in guest simulator against a vGPU's vfio-user socket
   demo     two gmigd and a Linux VM under QEMU: a live migration and its downtime report (-sim: in-process)
   status   this host's GPUs (NVML) and whether the cuda back end can run
@@ -56,15 +62,18 @@ const (
 
 // commands are gmigd's commands by name.
 var commands = map[string]func([]string) error{
-	"serve":   cmdServe,
-	"vgpu":    cmdVGPU,
-	"vm":      cmdVM,
-	"migrate": cmdMigrate,
-	"guest":   cmdGuest,
-	"demo":    cmdDemo,
-	"status":  cmdStatus,
-	"certs":   cmdCerts,
-	"version": cmdVersion,
+	"serve":                 cmdServe,
+	"vgpu":                  cmdVGPU,
+	"vm":                    cmdVM,
+	"migrate":               cmdMigrate,
+	"migrate-status":        cmdMigrateStatus,
+	"migrate-cancel":        cmdMigrateCancel,
+	"migrate-set-bandwidth": cmdMigrateSetBandwidth,
+	"guest":                 cmdGuest,
+	"demo":                  cmdDemo,
+	"status":                cmdStatus,
+	"certs":                 cmdCerts,
+	"version":               cmdVersion,
 }
 
 func main() {

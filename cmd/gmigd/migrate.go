@@ -21,7 +21,17 @@ const migrateUsage = `usage: gmigd migrate VM --to HOST:PORT [flags]
 Moves a running VM and its vGPU to the gmigd whose migration listener is
 HOST:PORT (gmigd serve -migrate-listen there). Shows progress while it runs
 and the downtime report at the end; with --json, the last line's "outcome"
-says where the VM is.
+says where the VM is. From any shell, gmigd migrate-status shows it,
+migrate-cancel cancels it before its commit and migrate-set-bandwidth
+changes its --bandwidth.
+
+--max-downtime D bounds pause → resume: before QEMU may pause the VM,
+gmigd estimates the stop phase from the vGPU's dirty rate and the measured
+link and pre-copies more (up to 8 extra rounds), or rolls back with the
+estimate rather than exceed D. --dry-run asks the destination whether the
+migration would land (the name free, room in its pool, the back end, its
+QEMU and the VM's machine type) and prints that and the estimate; nothing
+moves (exit 0: it would land; 1: it would not).
 
 exit status:
   0  migrated: the VM runs at the destination          (outcome "migrated")
@@ -45,6 +55,10 @@ func cmdMigrate(args []string) error {
 	bgRate := fs.Int("background-rate", 0, "oneshot: background re-hash budget in pages/s while QEMU pre-copies RAM (0: off)")
 	maxBW := fs.Uint64("max-bandwidth-mb", 0, "QEMU's RAM migration bandwidth cap in MiB/s (0: 10 GiB/s)")
 	downtime := fs.Duration("downtime-limit", 0, "QEMU's downtime target for its RAM convergence (0: gmigd's 20ms; QEMU's own is 300ms)")
+	var bandwidth rateFlag
+	fs.Var(&bandwidth, "bandwidth", "limit on the vGPU stream and QEMU's RAM together, bytes/s as 64M or 1G (0: none; migrate-set-bandwidth changes it)")
+	maxDowntime := fs.Duration("max-downtime", 0, "bound on the estimated pause → resume: pre-copy more, or roll back, rather than exceed it (0: none)")
+	dryRun := fs.Bool("dry-run", false, "check the destination and print the estimate; move nothing")
 	jsonOut := fs.Bool("json", false, "progress and the report as JSON lines")
 	pos, err := parseN(fs, args, "VM")
 	if err != nil {
@@ -57,6 +71,8 @@ func cmdMigrate(args []string) error {
 		return badUsage(fs, "-background-rate %d: want ≥ 0", *bgRate)
 	case *downtime < 0:
 		return badUsage(fs, "-downtime-limit %v: want ≥ 0", *downtime)
+	case *maxDowntime < 0:
+		return badUsage(fs, "-max-downtime %v: want ≥ 0", *maxDowntime)
 	}
 	if _, err := precopy.ParseStrategy(*strategy); err != nil {
 		return badUsage(fs, "%v", err)
@@ -66,11 +82,16 @@ func cmdMigrate(args []string) error {
 	// back or commit) whatever happens to this command.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	req := hostd.MigrateRequest{
+		To: *to, Strategy: *strategy, BackgroundRate: *bgRate, MaxBandwidthMB: *maxBW, DowntimeMS: downtime.Milliseconds(),
+		Bandwidth: uint64(bandwidth), MaxDowntimeMS: maxDowntime.Milliseconds(),
+	}
+	if *dryRun {
+		return dryRunMigrate(ctx, runDir, name, req, *jsonOut)
+	}
 	pp := newProgressPrinter(os.Stdout, *jsonOut, !*jsonOut && term.IsTerminal(int(os.Stdout.Fd())))
 	t0 := time.Now()
-	rep, err := client(runDir).Migrate(ctx, name, hostd.MigrateRequest{
-		To: *to, Strategy: *strategy, BackgroundRate: *bgRate, MaxBandwidthMB: *maxBW, DowntimeMS: downtime.Milliseconds(),
-	}, pp.show)
+	rep, err := client(runDir).Migrate(ctx, name, req, pp.show)
 	pp.done()
 	if *jsonOut {
 		out := map[string]any{"report": rep}
@@ -96,4 +117,23 @@ func cmdMigrate(args []string) error {
 	}
 	fmt.Print(rep.String())
 	return nil
+}
+
+// dryRunMigrate runs gmigd migrate --dry-run: the destination's checks and
+// the estimate, printed; nothing moves.
+func dryRunMigrate(ctx context.Context, runDir, name string, req hostd.MigrateRequest, jsonOut bool) error {
+	check, err := client(runDir).CheckMigration(ctx, name, req)
+	if jsonOut {
+		out := map[string]any{"check": check, "outcome": hostd.OutcomeNotStarted}
+		if err != nil {
+			out["error"] = err.Error()
+		}
+		b, _ := json.Marshal(out)
+		fmt.Println(string(b))
+		return err
+	}
+	if len(check.Items) > 0 {
+		fmt.Print(check.String())
+	}
+	return err
 }
