@@ -133,6 +133,7 @@ func TestAPIMigrateDryRun(t *testing.T) {
 	if err != nil || !check.OK || check.Estimate.Link <= 0 {
 		t.Fatalf("dry run to a host with room: %+v (%v)", check, err)
 	}
+	t.Log(check)
 	for _, want := range []string{"name", "pool", "back end", "vm"} {
 		if !strings.Contains(check.String(), "ok   "+want) {
 			t.Errorf("the check does not pass %q:\n%s", want, check)

@@ -22,12 +22,14 @@ func TestMigrateStatusCommand(t *testing.T) {
 		"GET /v1/migrations/nope": answer(http.StatusNotFound, `{"error":"hostd: no such migration: \"nope\""}`),
 	})
 	code, out, errOut := runCLI(t, "migrate-status", "-run-dir", d.dir)
+	t.Logf("gmigd migrate-status:\n%s", out)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if code != exitOK || len(lines) != 2 || !slices.Contains(strings.Fields(lines[0]), "ESTIMATE") ||
 		!strings.Contains(lines[1], "0123456789abcdef") || !strings.Contains(lines[1], "vgpu-precopy") || !strings.Contains(lines[1], "23.0 ms") {
 		t.Errorf("migrate-status: exit %d\n%s%s", code, out, errOut)
 	}
 	code, out, errOut = runCLI(t, "migrate-status", "vm1", "-run-dir", d.dir)
+	t.Logf("gmigd migrate-status vm1:\n%s", out)
 	if code != exitOK || !strings.Contains(out, "migration 0123456789abcdef of VM vm1") ||
 		!strings.Contains(out, "bandwidth limit 20.0 MiB/s") || !strings.Contains(out, "estimated stop phase 23.00 ms") {
 		t.Errorf("migrate-status vm1: exit %d\n%s%s", code, out, errOut)
