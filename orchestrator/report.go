@@ -161,6 +161,9 @@ func (r Report) String() string {
 		a.RawEntries, a.RawBytes, a.CompactedEntries, a.CompactedBytes, r.ConfigWrites)
 	fmt.Fprintf(&b, "  phases: vGPU live %s ms, VMM live %s ms, whole migration %s ms\n",
 		ms(r.VGPULive), ms(r.VMMLive), ms(r.Total))
+	if e := r.Estimate; e != nil {
+		fmt.Fprintf(&b, "  before the pause (%d extra round(s)): %s\n", e.Rounds, e)
+	}
 	return b.String()
 }
 

@@ -301,13 +301,15 @@ func (m *outgoing) prepare(ctx context.Context) (string, error) {
 // live runs the vGPU's live phase, then starts the VMM's migration and
 // waits for the VMM to pause the VM.
 func (m *outgoing) live(ctx context.Context, incoming string) error {
-	var err error
-	if m.data, err = m.dial(ctx, kindData); err != nil {
+	data, err := m.dial(ctx, kindData)
+	if err != nil {
 		return err
 	}
+	// The vGPU stream's writes draw from the bandwidth limit (bandwidth.go).
+	m.data = newLimitedConn(data, m.Control.limit)
 	opts := m.Precopy
 	opts.Log = m.log
-	if m.src, err = precopy.NewSource(m.VGPU, newLimitedConn(m.data, m.Control.limit), opts); err != nil {
+	if m.src, err = precopy.NewSource(m.VGPU, m.data, opts); err != nil {
 		return err
 	}
 	m.progress.track(m.src.Sent, uint64(m.src.Pages()))

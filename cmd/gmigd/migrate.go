@@ -111,7 +111,7 @@ func cmdMigrate(args []string) error {
 	}
 	if err != nil {
 		if errors.Is(err, context.Canceled) {
-			return fmt.Errorf("interrupted after %s; the daemon finishes or rolls back the migration by itself (gmigd vm list shows where the VM is)", time.Since(t0).Round(time.Millisecond))
+			return fmt.Errorf("interrupted after %s; the daemon finishes or rolls back the migration by itself (gmigd migrate-status %s shows it, gmigd migrate-cancel %s cancels it)", time.Since(t0).Round(time.Millisecond), name, name)
 		}
 		return err
 	}
