@@ -68,6 +68,9 @@ func (h *Host) Check(ctx context.Context, p orchestrator.Prepare) []orchestrator
 
 // nameFree says why name cannot land here, if it cannot.
 func (h *Host) nameFree(name string) error {
+	if err := CheckName(name); err != nil {
+		return err
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if _, ok := h.vms[name]; ok {
