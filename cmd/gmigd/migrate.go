@@ -21,7 +21,9 @@ const migrateUsage = `usage: gmigd migrate VM --to HOST:PORT [flags]
 Moves a running VM and its vGPU to the gmigd whose migration listener is
 HOST:PORT (gmigd serve -migrate-listen there). Shows progress while it runs
 and the downtime report at the end; with --json, the last line's "outcome"
-says where the VM is.
+says where the VM is. A VM that is a libvirt domain (gmigd libvirt-hook
+made its vGPU) is then settled on this host by --libvirt-source (virsh):
+undefined by default, so nothing here starts a second copy.
 
 exit status:
   0  migrated: the VM runs at the destination          (outcome "migrated")
@@ -46,6 +48,8 @@ func cmdMigrate(args []string) error {
 	maxBW := fs.Uint64("max-bandwidth-mb", 0, "QEMU's RAM migration bandwidth cap in MiB/s (0: 10 GiB/s)")
 	downtime := fs.Duration("downtime-limit", 0, "QEMU's downtime target for its RAM convergence (0: gmigd's 20ms; QEMU's own is 300ms)")
 	jsonOut := fs.Bool("json", false, "progress and the report as JSON lines")
+	var lv libvirtSource
+	lv.register(fs)
 	pos, err := parseN(fs, args, "VM")
 	if err != nil {
 		return err
@@ -61,7 +65,11 @@ func cmdMigrate(args []string) error {
 	if _, err := precopy.ParseStrategy(*strategy); err != nil {
 		return badUsage(fs, "%v", err)
 	}
+	if err := lv.parse(); err != nil {
+		return badUsage(fs, "%v", err)
+	}
 	name := pos[0]
+	lv.before(runDir, name)
 	// Ctrl-C leaves the migration to the daemon, which resolves it (roll
 	// back or commit) whatever happens to this command.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -72,8 +80,20 @@ func cmdMigrate(args []string) error {
 		To: *to, Strategy: *strategy, BackgroundRate: *bgRate, MaxBandwidthMB: *maxBW, DowntimeMS: downtime.Milliseconds(),
 	}, pp.show)
 	pp.done()
+	var lvMsg string
+	if err == nil {
+		// The VM runs at the destination whatever becomes of its domain
+		// here: a failure is the operator's to finish, not the migration's.
+		if lvMsg, err = lv.after(runDir, name, *to); err != nil {
+			fmt.Fprintf(os.Stderr, "gmigd migrate: warning: %v\n", err)
+			err = nil
+		}
+	}
 	if *jsonOut {
 		out := map[string]any{"report": rep}
+		if lvMsg != "" {
+			out["libvirt"] = lvMsg
+		}
 		var merr *hostd.MigrationError
 		switch {
 		case err == nil:
@@ -95,5 +115,8 @@ func cmdMigrate(args []string) error {
 		return err
 	}
 	fmt.Print(rep.String())
+	if lvMsg != "" {
+		fmt.Println(lvMsg)
+	}
 	return nil
 }
