@@ -58,7 +58,9 @@ const libvirtDomain = `<domain type='qemu' xmlns:qemu='http://libvirt.org/schema
 // `virsh migrate` to the other host is refused with what to run instead,
 // and the VM runs on; `gmigd migrate` moves it in the middle of the
 // guest's self-checking workload, undefines the domain on the source and
-// says where the VM runs; the source's libvirt can no longer start it; the
+// says where the VM runs, and defines the domain, shut off, in the
+// destination's libvirt, which the hook keeps from starting it beside
+// gmigd's copy; the source's libvirt can no longer start it; the
 // guest finishes on the destination with the digest of a run that never
 // moved.
 func TestLibvirtMigrate(t *testing.T) {
@@ -136,7 +138,7 @@ func TestLibvirtMigrate(t *testing.T) {
 	}
 
 	var mout bytes.Buffer
-	mig := exec.CommandContext(ctx, gmigd, "migrate", "vm1", "--to", b.Addr, "-run-dir", a.RunDir)
+	mig := exec.CommandContext(ctx, gmigd, "migrate", "vm1", "--to", b.Addr, "--libvirt-dest-uri", lvB.uri, "-run-dir", a.RunDir)
 	mig.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"), "LIBVIRT_DEFAULT_URI="+lvA.uri)
 	mig.Stdout, mig.Stderr = &mout, &mout
 	err = mig.Run()
@@ -149,6 +151,19 @@ func TestLibvirtMigrate(t *testing.T) {
 	}
 	if vms, err := b.Client.ListVMs(); err != nil || len(vms) != 1 || vms[0].Name != "vm1" || vms[0].State != "running" {
 		t.Fatalf("the destination lists %+v (%v)", vms, err)
+	}
+	// The destination's libvirt knows the domain, shut off, and cannot
+	// start a second copy beside the one gmigd runs.
+	if w := "libvirt: domain vm1 defined at " + lvB.uri + ", shut off there"; !strings.Contains(mout.String(), w) {
+		t.Fatalf("gmigd migrate does not say %q", w)
+	}
+	if st := virsh(lvB, "domstate", "vm1"); st != "shut off" {
+		t.Fatalf("the domain at the destination is %q, want shut off", st)
+	}
+	if out, err := lvB.virsh(ctx, "start", "vm1"); err == nil || !strings.Contains(out, "VM vm1 already runs here under gmigd") {
+		t.Fatalf("virsh start vm1 at the destination while gmigd runs it: %v: %s", err, out)
+	} else {
+		t.Logf("virsh start vm1 at the destination: %v: %s", err, out)
 	}
 	if vms, err := a.Client.ListVMs(); err != nil || len(vms) != 0 {
 		t.Fatalf("the source still lists %+v (%v)", vms, err)

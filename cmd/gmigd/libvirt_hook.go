@@ -95,9 +95,19 @@ func (h libvirtHook) prepare(d libvirt.Domain) error {
 	if err != nil {
 		return err
 	}
+	vms, err := h.daemon.ListVMs()
+	if err != nil {
+		return err
+	}
+	for _, vm := range vms {
+		if vm.Name == d.Name {
+			return fmt.Errorf("%w: VM %s already runs here under gmigd (%s; a migration brought it?); not starting a second copy (gmigd vm stop %s first)",
+				errHookRefused, d.Name, vm.State, d.Name)
+		}
+	}
 	info, err := h.daemon.Create(hostd.CreateRequest{Name: d.Name, MemSize: d.VGPU.MemSize, Backend: d.VGPU.Backend})
 	if err != nil {
-		return fmt.Errorf("creating domain %s's vGPU (a VM of that name under gmigd here? gmigd vm list): %w", d.Name, err)
+		return fmt.Errorf("creating domain %s's vGPU: %w", d.Name, err)
 	}
 	if info.Socket != socks.VGPU {
 		err := fmt.Errorf("%w: domain %s's vfio-user-pci device names socket %s, but gmigd serves its vGPU on %s: put that path in <qemu:commandline>", errHookRefused, d.Name, socks.VGPU, info.Socket)

@@ -123,9 +123,14 @@ func TestLibvirtHookLeavesOthersAlone(t *testing.T) {
 	f.vgpus["vm1"] = hostd.Info{Name: "vm1", State: "live"}
 	f.vms["vm1"] = hostd.VMInfo{Name: "vm1", State: "running", VGPU: "vm1"}
 	h := libvirtHook{runDir: dir, daemon: f}
-	if err := h.run("prepare", strings.NewReader(hookDomain(dir))); err == nil || !strings.Contains(err.Error(), "already exists") {
+	if err := h.run("prepare", strings.NewReader(hookDomain(dir))); !errors.Is(err, errHookRefused) || !strings.Contains(err.Error(), "VM vm1 already runs here under gmigd") {
 		t.Fatalf("prepare beside a VM of the same name: %v", err)
 	}
+	delete(f.vms, "vm1")
+	if err := h.run("prepare", strings.NewReader(hookDomain(dir))); err == nil || !strings.Contains(err.Error(), "already exists") {
+		t.Fatalf("prepare beside a vGPU of the same name: %v", err)
+	}
+	f.vms["vm1"] = hostd.VMInfo{Name: "vm1", State: "running", VGPU: "vm1"}
 	if err := h.run("release", strings.NewReader(hookDomain(dir))); err != nil {
 		t.Fatal(err)
 	}

@@ -69,7 +69,9 @@ func cmdMigrate(args []string) error {
 		return badUsage(fs, "%v", err)
 	}
 	name := pos[0]
-	lv.before(runDir, name)
+	if err := lv.before(runDir, name); err != nil {
+		return err
+	}
 	// Ctrl-C leaves the migration to the daemon, which resolves it (roll
 	// back or commit) whatever happens to this command.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"strings"
 )
@@ -33,15 +34,43 @@ var ErrVirsh = errors.New("libvirt: virsh failed")
 
 // Undefine runs `virsh undefine NAME`.
 func (v Virsh) Undefine(ctx context.Context, name string) error {
-	return v.run(ctx, "undefine", name)
+	_, err := v.run(ctx, "undefine", name)
+	return err
 }
 
 // DisableAutostart runs `virsh autostart --disable NAME`.
 func (v Virsh) DisableAutostart(ctx context.Context, name string) error {
-	return v.run(ctx, "autostart", "--disable", name)
+	_, err := v.run(ctx, "autostart", "--disable", name)
+	return err
 }
 
-func (v Virsh) run(ctx context.Context, args ...string) error {
+// DumpXML returns domain name's persistent definition (`virsh dumpxml
+// --inactive NAME`).
+func (v Virsh) DumpXML(ctx context.Context, name string) (string, error) {
+	return v.run(ctx, "dumpxml", "--inactive", name)
+}
+
+// Define defines a domain from its XML (`virsh define FILE`, the XML
+// written to a temporary file).
+func (v Virsh) Define(ctx context.Context, domainXML string) error {
+	f, err := os.CreateTemp("", "gmig-domain-*.xml")
+	if err != nil {
+		return fmt.Errorf("libvirt: define: %w", err)
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.WriteString(domainXML); err != nil {
+		f.Close()
+		return fmt.Errorf("libvirt: define: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("libvirt: define: %w", err)
+	}
+	_, err = v.run(ctx, "define", f.Name())
+	return err
+}
+
+// run runs virsh with args and returns its standard output.
+func (v Virsh) run(ctx context.Context, args ...string) (string, error) {
 	if v.URI != "" {
 		args = append([]string{"-c", v.URI}, args...)
 	}
@@ -49,13 +78,13 @@ func (v Virsh) run(ctx context.Context, args ...string) error {
 	if path == "" {
 		path = "virsh"
 	}
-	var out bytes.Buffer
+	var out, errOut bytes.Buffer
 	cmd := exec.CommandContext(ctx, path, args...)
-	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.Stdout, cmd.Stderr = &out, &errOut
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("%w: %s %s: %w: %s", ErrVirsh, path, strings.Join(args, " "), err, strings.TrimSpace(out.String()))
+		return "", fmt.Errorf("%w: %s %s: %w: %s", ErrVirsh, path, strings.Join(args, " "), err, strings.TrimSpace(errOut.String()+out.String()))
 	}
-	return nil
+	return out.String(), nil
 }
 
 // SourcePolicy is what becomes of a migrated VM's domain on the source.
@@ -81,6 +110,19 @@ func ParseSourcePolicy(s string) (SourcePolicy, error) {
 		return p, nil
 	}
 	return "", fmt.Errorf("libvirt: source policy %q: want %s, %s or %s", s, Undefine, DisableAutostart, Keep)
+}
+
+// DefineAtDestination defines domain name, whose XML is domainXML, in
+// the destination's libvirt d, and returns a sentence for the operator.
+// The domain stays shut off there: gmigd runs the VM, and the hook refuses
+// to start the domain while it does.
+func DefineAtDestination(ctx context.Context, d interface {
+	Define(ctx context.Context, domainXML string) error
+}, uri, name, domainXML string) (string, error) {
+	if err := d.Define(ctx, domainXML); err != nil {
+		return "", fmt.Errorf("libvirt: defining domain %s at %s: %w", name, uri, err)
+	}
+	return fmt.Sprintf("libvirt: domain %s defined at %s, shut off there: gmigd runs the VM (the hook refuses to start the domain while it does)", name, uri), nil
 }
 
 // SettleSource applies policy p to domain name on the source of a

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -100,29 +101,46 @@ func TestRecords(t *testing.T) {
 }
 
 // TestVirshCommandLines runs Virsh against a stand-in program that
-// prints its arguments, and one that fails.
+// records its arguments (and the file define is given), and one that
+// fails.
 func TestVirshCommandLines(t *testing.T) {
 	dir := t.TempDir()
-	echo := filepath.Join(dir, "virsh")
-	if err := os.WriteFile(echo, []byte("#!/bin/sh\necho \"$@\" >>"+filepath.Join(dir, "args")+"\n"), 0o755); err != nil {
+	args := filepath.Join(dir, "args")
+	stand := filepath.Join(dir, "virsh")
+	script := "#!/bin/sh\necho \"$@\" >>" + args + "\n" +
+		"if [ \"$3\" = define ]; then cat \"$4\" >>" + args + "; fi\n" +
+		"if [ \"$3\" = dumpxml ]; then echo \"<domain><name>$5</name></domain>\"; fi\n"
+	if err := os.WriteFile(stand, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	v := Virsh{Path: echo, URI: "qemu:///system"}
-	if err := v.Undefine(context.Background(), "vm1"); err != nil {
+	ctx := context.Background()
+	v := Virsh{Path: stand, URI: "qemu:///system"}
+	if err := v.Undefine(ctx, "vm1"); err != nil {
 		t.Fatal(err)
 	}
-	if err := v.DisableAutostart(context.Background(), "vm1"); err != nil {
+	if err := v.DisableAutostart(ctx, "vm1"); err != nil {
 		t.Fatal(err)
 	}
-	b, _ := os.ReadFile(filepath.Join(dir, "args"))
-	if want := "-c qemu:///system undefine vm1\n-c qemu:///system autostart --disable vm1\n"; string(b) != want {
-		t.Fatalf("virsh ran with\n%s\nwant\n%s", b, want)
+	x, err := v.DumpXML(ctx, "vm1")
+	if err != nil || x != "<domain><name>vm1</name></domain>\n" {
+		t.Fatalf("dumpxml: %q %v", x, err)
+	}
+	msg, err := DefineAtDestination(ctx, Virsh{Path: stand, URI: "qemu+ssh://h2/system"}, "qemu+ssh://h2/system", "vm1", x)
+	if err != nil || !strings.Contains(msg, "domain vm1 defined at qemu+ssh://h2/system, shut off there") {
+		t.Fatalf("define: %q %v", msg, err)
+	}
+	b, _ := os.ReadFile(args)
+	got := regexp.MustCompile(`/\S+/gmig-domain-\d+\.xml`).ReplaceAllString(string(b), "FILE")
+	want := "-c qemu:///system undefine vm1\n-c qemu:///system autostart --disable vm1\n-c qemu:///system dumpxml --inactive vm1\n" +
+		"-c qemu+ssh://h2/system define FILE\n<domain><name>vm1</name></domain>\n"
+	if got != want {
+		t.Fatalf("virsh ran with\n%s\nwant\n%s", got, want)
 	}
 	fail := filepath.Join(dir, "fail")
 	if err := os.WriteFile(fail, []byte("#!/bin/sh\necho \"error: failed to get domain '$1'\" >&2\nexit 1\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	err := Virsh{Path: fail}.Undefine(context.Background(), "vm1")
+	err = Virsh{Path: fail}.Undefine(ctx, "vm1")
 	if !errors.Is(err, ErrVirsh) || !strings.Contains(err.Error(), "failed to get domain") {
 		t.Fatalf("a failing virsh: %v", err)
 	}
