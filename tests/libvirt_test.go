@@ -184,6 +184,22 @@ func TestLibvirtMigrate(t *testing.T) {
 	if list, err := a.Client.List(); err != nil || len(list) != 0 {
 		t.Fatalf("vGPUs left on the source: %+v (%v)", list, err)
 	}
+
+	// Stopped under gmigd at the destination, the domain may start there
+	// under libvirt — given the same run directory on both hosts, which
+	// these two daemons do not have: the hook says so, and keeps nothing.
+	if out, err := exec.CommandContext(ctx, gmigd, "vm", "stop", "vm1", "-run-dir", b.RunDir).CombinedOutput(); err != nil {
+		t.Fatalf("gmigd vm stop vm1 at the destination: %v: %s", err, out)
+	}
+	out, err = lvB.virsh(ctx, "start", "vm1")
+	t.Logf("virsh start vm1 at the destination after gmigd vm stop: %v: %s", err, out)
+	bSocket := strings.Replace(probe.Socket, a.RunDir, b.RunDir, 1)
+	if w := "names socket " + probe.Socket + ", but gmigd serves its vGPU on " + bSocket; err == nil || !strings.Contains(out, w) {
+		t.Fatalf("virsh start at the destination with another run directory: %v: %s", err, out)
+	}
+	if list, err := b.Client.List(); err != nil || len(list) != 0 {
+		t.Fatalf("vGPUs left at the destination after the refused start: %+v (%v)", list, err)
+	}
 }
 
 func copyFile(t *testing.T, from, to string) {
