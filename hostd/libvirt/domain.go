@@ -153,7 +153,7 @@ func (d Domain) Check() (Sockets, error) {
 		}
 	}
 	if s.VGPU == "" {
-		return s, fmt.Errorf("%w: no <qemu:arg> pair -device {\"driver\":\"vfio-user-pci\",\"id\":%q,\"socket\":{\"path\":\"RUN_DIR/%s.sock\",\"type\":\"unix\"}} in <qemu:commandline>", ErrDomain, DeviceID, d.Name)
+		return s, fmt.Errorf("%w: no <qemu:arg> pair -device {\"driver\":\"vfio-user-pci\",\"id\":%q,\"socket\":{\"path\":\"RUN_DIR/vgpu/%s.sock\",\"type\":\"unix\"}} in <qemu:commandline>", ErrDomain, DeviceID, d.Name)
 	}
 	if s.QMP == "" {
 		return s, fmt.Errorf("%w: no <qemu:arg> pair -qmp unix:PATH,server=on,wait=off in <qemu:commandline> (gmigd's own monitor: libvirt keeps its own to itself)", ErrDomain)
