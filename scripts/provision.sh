@@ -7,6 +7,9 @@
 #                          host would upgrade its glibc, so QEMU runs in a chroot)
 #   .cache/guest/vmlinuz   the Debian kernel the guest boots (linux-image-amd64
 #                          installed in the same root)
+#   libvirt in ROOT        libvirtd and virsh (trixie's libvirt 11.3, whose QEMU
+#                          driver runs the QEMU 11.1 above), for the libvirt end-to-end
+#                          test; a step of its own, so an existing root gets it
 #
 # Re-running is cheap: each step checks its own stamp. Prints what it does and
 # how long each step takes. Needs root and Debian's package mirror.
@@ -59,6 +62,24 @@ install_qemu() {
 	in_root qemu-system-x86_64 --version | head -1
 }
 
+# libvirtd (Debian ships no separate virtqemud), its QEMU driver and virsh;
+# -t trixie-backports takes a backported libvirt once there is one, trixie's
+# 11.3 until then. The libvirt end-to-end test runs them in a private mount
+# namespace with its own configuration (tests/libvirt_test.go).
+install_libvirt() {
+	mount_root
+	local rc=0
+	{
+		in_root apt-get update -qq &&
+			in_root apt-get install -y -qq --no-install-recommends -t trixie-backports \
+				libvirt-daemon-driver-qemu libvirt-daemon libvirt-clients >/dev/null &&
+			in_root apt-get clean &&
+			in_root libvirtd --version
+	} || rc=$?
+	umount_root
+	return $rc
+}
+
 mount_root() {
 	for d in proc sys dev; do
 		mountpoint -q "$root/$d" || mount --rbind "/$d" "$root/$d"
@@ -83,4 +104,5 @@ step "host tools (debootstrap, cpio)" "$cache/.host-tools" host_tools
 step "debootstrap trixie into $root" "$cache/.bootstrap" bootstrap
 step "QEMU 11.1 (trixie-backports) and linux-image-amd64 in the root" "$cache/.qemu" install_qemu
 step "guest kernel" "$cache/.kernel" guest_kernel
+step "libvirt (libvirtd, virsh) in the root" "$cache/.libvirt" install_libvirt
 echo "provision: ready in $((SECONDS - t0))s: QEMU root $root, kernel $cache/guest/vmlinuz"

@@ -42,6 +42,7 @@ commands:
   status   this host's GPUs (NVML) and whether the cuda back end can run
   certs    make a test CA and host certificates for mutual TLS between gmigd (testing only)
   version  the module version and VCS revision gmigd was built from
+  libvirt-hook  libvirt's qemu hook for domains with a gmig vGPU (/etc/libvirt/hooks/qemu)
 
 Run 'gmigd <command> -h' (or 'gmigd help <command>') for a command's flags.
 `

@@ -33,6 +33,10 @@ migration would land (the name free, room in its pool, the back end, its
 QEMU and the VM's machine type) and prints that and the estimate; nothing
 moves (exit 0: it would land; 1: it would not).
 
+After a migration, a VM that is a libvirt domain (gmigd libvirt-hook made
+its vGPU) is settled on this host by --libvirt-source (virsh): undefined
+by default, so nothing here starts a second copy.
+
 exit status:
   0  migrated: the VM runs at the destination          (outcome "migrated")
   1  any other error: the daemon refused the migration before it began
@@ -60,6 +64,8 @@ func cmdMigrate(args []string) error {
 	maxDowntime := fs.Duration("max-downtime", 0, "bound on the estimated pause → resume: pre-copy more, or roll back, rather than exceed it (0: none)")
 	dryRun := fs.Bool("dry-run", false, "check the destination and print the estimate; move nothing")
 	jsonOut := fs.Bool("json", false, "progress and the report as JSON lines")
+	var lv libvirtSource
+	lv.register(fs)
 	pos, err := parseN(fs, args, "VM")
 	if err != nil {
 		return err
@@ -77,7 +83,13 @@ func cmdMigrate(args []string) error {
 	if _, err := precopy.ParseStrategy(*strategy); err != nil {
 		return badUsage(fs, "%v", err)
 	}
+	if err := lv.parse(); err != nil {
+		return badUsage(fs, "%v", err)
+	}
 	name := pos[0]
+	if err := lv.before(runDir, name); err != nil {
+		return err
+	}
 	// Ctrl-C leaves the migration to the daemon, which resolves it (roll
 	// back or commit) whatever happens to this command.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -93,8 +105,20 @@ func cmdMigrate(args []string) error {
 	t0 := time.Now()
 	rep, err := client(runDir).Migrate(ctx, name, req, pp.show)
 	pp.done()
+	var lvMsg string
+	if err == nil {
+		// The VM runs at the destination whatever becomes of its domain
+		// here: a failure is the operator's to finish, not the migration's.
+		if lvMsg, err = lv.after(runDir, name, *to); err != nil {
+			fmt.Fprintf(os.Stderr, "gmigd migrate: warning: %v\n", err)
+			err = nil
+		}
+	}
 	if *jsonOut {
 		out := map[string]any{"report": rep}
+		if lvMsg != "" {
+			out["libvirt"] = lvMsg
+		}
 		var merr *hostd.MigrationError
 		switch {
 		case err == nil:
@@ -116,6 +140,9 @@ func cmdMigrate(args []string) error {
 		return err
 	}
 	fmt.Print(rep.String())
+	if lvMsg != "" {
+		fmt.Println(lvMsg)
+	}
 	return nil
 }
 

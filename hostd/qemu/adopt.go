@@ -2,6 +2,7 @@ package qemu
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -62,7 +63,7 @@ func Adopt(ctx context.Context, path, deviceID string) (*VM, error) {
 // Spec: the VM must use a shared memfd for guest RAM, a pc or q35 machine,
 // and have the vGPU as vfio-user-pci device deviceID. What each host sets
 // is dropped: the program, the vGPU device, QMP and monitor sockets,
-// -incoming, -S, -daemonize and -pidfile.
+// -incoming, -S, -daemonize, -pidfile and libvirt's master key (below).
 func AdoptedSpec(argv []string, deviceID string) (Spec, error) {
 	if len(argv) < 2 {
 		return Spec{}, fmt.Errorf("%w: empty command line", ErrAdopt)
@@ -84,6 +85,11 @@ func AdoptedSpec(argv []string, deviceID string) (Spec, error) {
 			continue
 		case "chardev":
 			if takesValue && monitors[optionID(args[i+1])] {
+				i++
+				continue
+			}
+		case "object":
+			if takesValue && isLibvirtMasterKey(args[i+1]) {
 				i++
 				continue
 			}
@@ -114,6 +120,25 @@ func AdoptedSpec(argv []string, deviceID string) (Spec, error) {
 		return Spec{}, fmt.Errorf("%w: %w", ErrAdopt, err)
 	}
 	return Spec{Argv: keep}, nil
+}
+
+// libvirtMasterKey is the id of the secret object libvirt gives every QEMU
+// it starts, read from a file in that start's own state directory
+// (libvirt's src/qemu/qemu_command.c, qemuBuildMasterKeyCommandLine): a
+// per-host, per-start key a destination has no copy of.
+const libvirtMasterKey = "masterKey0"
+
+// isLibvirtMasterKey reports whether an -object value is libvirt's master
+// key secret (JSON or key=value form).
+func isLibvirtMasterKey(v string) bool {
+	if strings.HasPrefix(strings.TrimSpace(v), "{") {
+		var o struct {
+			Type string `json:"qom-type"`
+			ID   string `json:"id"`
+		}
+		return json.Unmarshal([]byte(v), &o) == nil && o.Type == "secret" && o.ID == libvirtMasterKey
+	}
+	return strings.HasPrefix(v, "secret,") && optionID(v) == libvirtMasterKey
 }
 
 // monitorChardevs returns the ids of the chardevs that -mon options use:
