@@ -27,7 +27,7 @@ func (s *Source) Stop(ctx context.Context) (Report, error) {
 	if err := s.enter("Stop", false); err != nil {
 		return Report{}, err
 	}
-	stop := watch(ctx, s.conn)
+	stop := s.watchAll(ctx)
 	defer stop()
 	s.mu.Lock()
 	rep := s.report
@@ -54,7 +54,11 @@ func (s *Source) Stop(ctx context.Context) (Report, error) {
 func (s *Source) stop(ctx context.Context, rep *Report) error {
 	t0 := time.Now()
 	before := s.w.Stats()
-	if err := writeMeta(s.w, meta{Phase: phaseStop}); err != nil {
+	stopMeta := meta{Phase: phaseStop}
+	if s.streams() > 1 {
+		stopMeta.Streams, stopMeta.ShardToken = s.streams(), s.token
+	}
+	if err := writeMeta(s.w, stopMeta); err != nil {
 		return err
 	}
 
@@ -84,10 +88,9 @@ func (s *Source) stop(ctx context.Context, rep *Report) error {
 		}
 		rep.Stop.Scan = time.Since(t)
 		t = time.Now()
-		if _, err := s.w.WritePages(dirtyPages, s.mem, nil); err != nil {
+		if err := s.sendPages(dirtyPages); err != nil {
 			return err
 		}
-		s.noteSent()
 	}
 	n, err := s.sendGuestRAM()
 	if err != nil {
@@ -98,7 +101,7 @@ func (s *Source) stop(ctx context.Context, rep *Report) error {
 		return err
 	}
 	rep.Stop.Transfer = time.Since(t)
-	rep.Stop.Bytes = s.w.Stats().Bytes - before.Bytes
+	rep.Stop.Bytes = s.w.Stats().Bytes - before.Bytes + s.shardBytes.Load()
 	if err := writeMeta(s.w, meta{Phase: phaseSummary, Report: rep}); err != nil {
 		return err
 	}
@@ -106,7 +109,7 @@ func (s *Source) stop(ctx context.Context, rep *Report) error {
 		return err
 	}
 	rep.Stop.Transfer = time.Since(t)
-	rep.Stop.Bytes = s.w.Stats().Bytes - before.Bytes
+	rep.Stop.Bytes = s.w.Stats().Bytes - before.Bytes + s.shardBytes.Load()
 	if s.opts.NoVerdict {
 		rep.Stop.Total = time.Since(t0)
 		return nil
@@ -181,11 +184,22 @@ const PipelineMinWorkers = 4
 // its transfer term is what was left to send after it.
 func (s *Source) scanAndSend(ctx context.Context, rep *Report) (scanned time.Time, err error) {
 	start := time.Now()
-	res, err := s.tr.ScanFrozenStream(ctx, 0, func(c dirty.ScanChunk) error {
-		_, err := s.w.WritePages(c.Dirty, s.mem, c.Hashes)
-		s.noteSent()
+	var res dirty.ScanResult
+	scan := func(send func(idx []uint32, hashes []uint64) error) (err error) {
+		res, err = s.tr.ScanFrozenStream(ctx, 0, func(c dirty.ScanChunk) error {
+			return send(c.Dirty, c.Hashes)
+		})
 		return err
-	})
+	}
+	if s.streams() > 1 {
+		err = s.spread(true, scan) // the chunk's slices are reused
+	} else {
+		err = scan(func(idx []uint32, hashes []uint64) error {
+			_, err := s.w.WritePages(idx, s.mem, hashes)
+			s.noteSent()
+			return err
+		})
+	}
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -203,6 +217,17 @@ func (s *Source) scanAndSend(ctx context.Context, rep *Report) (scanned time.Tim
 		rep.HashRate = float64(res.BytesHashed) / secs
 	}
 	return start.Add(res.Duration), nil
+}
+
+// sendPages sends the dirty pages the serial final scan found, on every
+// stream (each stream's writer copies and hashes its own).
+func (s *Source) sendPages(idx []uint32) error {
+	if s.streams() > 1 {
+		return s.spread(false, func(send func([]uint32, []uint64) error) error { return send(idx, nil) })
+	}
+	_, err := s.w.WritePages(idx, s.mem, nil)
+	s.noteSent()
+	return err
 }
 
 // sendState sends the device state, the API log and the front end's
