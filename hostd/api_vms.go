@@ -14,6 +14,7 @@ import (
 
 	"github.com/gmig-dev/gmig/orchestrator"
 	"github.com/gmig-dev/gmig/precopy"
+	"github.com/gmig-dev/gmig/precopy/stream"
 )
 
 // AdoptRequest is the body of POST /v1/vms/{name}/adopt.
@@ -29,6 +30,7 @@ type MigrateRequest struct {
 	BackgroundRate int    `json:"background_rate,omitempty"` // oneshot: background re-hash, pages/s
 	MaxBandwidthMB uint64 `json:"max_bandwidth_mb,omitempty"`
 	DowntimeMS     int64  `json:"downtime_limit_ms,omitempty"`
+	Streams        int    `json:"streams,omitempty"` // the vGPU stop phase's streams (0: the daemon's -streams)
 }
 
 // MigrateEvent is one line of a migration's answer.
@@ -98,6 +100,10 @@ func (h *Host) serveMigrate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	if req.Streams < 0 || req.Streams > stream.MaxShards {
+		writeError(w, fmt.Errorf("%w: streams %d: want 1 … %d (0: the daemon's)", errBadRequest, req.Streams, stream.MaxShards))
+		return
+	}
 	if req.To == "" {
 		writeError(w, fmt.Errorf("%w: no destination (\"to\")", errBadRequest))
 		return
@@ -125,7 +131,7 @@ func (h *Host) serveMigrate(w http.ResponseWriter, r *http.Request) {
 	// HTTP connection.
 	ctx := context.WithoutCancel(r.Context())
 	rep, err := h.MigrateVM(ctx, name, req.To, MigrateOptions{
-		Precopy:       precopy.Options{Strategy: strategy, BackgroundRate: req.BackgroundRate},
+		Precopy:       precopy.Options{Strategy: strategy, BackgroundRate: req.BackgroundRate, Streams: req.Streams},
 		Progress:      func(p orchestrator.Progress) { send(MigrateEvent{Progress: &p}) },
 		MaxBandwidth:  req.MaxBandwidthMB << 20,
 		DowntimeLimit: time.Duration(req.DowntimeMS) * time.Millisecond,

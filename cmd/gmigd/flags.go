@@ -11,6 +11,7 @@ import (
 
 	"github.com/gmig-dev/gmig/internal/bytesize"
 	"github.com/gmig-dev/gmig/orchestrator"
+	"github.com/gmig-dev/gmig/precopy/stream"
 )
 
 // byteSize is a flag.Value for sizes such as 64M, 1G, 1GiB or 4096.
@@ -68,4 +69,18 @@ func (m *migrationTimeouts) timeouts() (orchestrator.Timeouts, error) {
 		}
 	}
 	return m.t, nil
+}
+
+// streamsFlag registers -streams, the vGPU stop phase's stream count, on
+// fs; what it means on each command, and what 0 means, is in usage.
+// checkStreams refuses a value out of range.
+func streamsFlag(fs *flag.FlagSet, usage string) *int {
+	return fs.Int("streams", 0, fmt.Sprintf("%s; at most %d", usage, stream.MaxShards))
+}
+
+func checkStreams(n int) error {
+	if n < 0 || n > stream.MaxShards {
+		return fmt.Errorf("-streams %d: want 1 … %d, or 0 for the default", n, stream.MaxShards)
+	}
+	return nil
 }

@@ -33,6 +33,7 @@ func cmdMigrate(args []string) error {
 	maxBW := fs.Uint64("max-bandwidth-mb", 0, "QEMU's RAM migration bandwidth cap in MiB/s (0: 10 GiB/s)")
 	downtime := fs.Duration("downtime-limit", 0, "QEMU's downtime target for its RAM convergence (0: QEMU's 300ms)")
 	jsonOut := fs.Bool("json", false, "progress and the report as JSON lines")
+	streams := streamsFlag(fs, "the vGPU stop phase's streams, at most what the destination takes (0: the source daemon's -streams)")
 	fs.Usage = func() { fmt.Fprintln(fs.Output(), migrateUsage); fs.PrintDefaults() }
 	// The VM's name may come before or after the flags.
 	var name string
@@ -53,6 +54,9 @@ func cmdMigrate(args []string) error {
 	if _, err := precopy.ParseStrategy(*strategy); err != nil {
 		return err
 	}
+	if err := checkStreams(*streams); err != nil {
+		return err
+	}
 	c := hostd.NewClient(filepath.Join(*runDir, "gmigd.sock"))
 	// Ctrl-C leaves the migration to the daemon, which resolves it (roll
 	// back or commit) whatever happens to this command.
@@ -62,6 +66,7 @@ func cmdMigrate(args []string) error {
 	t0 := time.Now()
 	rep, err := c.Migrate(ctx, name, hostd.MigrateRequest{
 		To: *to, Strategy: *strategy, BackgroundRate: *bgRate, MaxBandwidthMB: *maxBW, DowntimeMS: downtime.Milliseconds(),
+		Streams: *streams,
 	}, pp.show)
 	pp.done()
 	if *jsonOut {

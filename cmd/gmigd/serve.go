@@ -17,6 +17,7 @@ import (
 	"github.com/gmig-dev/gmig/hostd/qemu"
 	"github.com/gmig-dev/gmig/internal/bytesize"
 	"github.com/gmig-dev/gmig/internal/vgpu"
+	"github.com/gmig-dev/gmig/precopy"
 )
 
 // vgpuSpecs collects repeated --vgpu NAME[:SIZE] flags.
@@ -57,11 +58,15 @@ func cmdServe(args []string) error {
 	mig.register(fs)
 	var tos migrationTimeouts
 	tos.register(fs)
+	streams := streamsFlag(fs, fmt.Sprintf("the vGPU stop phase's streams: outgoing migrations open this many connections, incoming ones take at most this many (0: %d here, half the cores, at most 8)", precopy.DefaultStreams()))
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	timeouts, err := tos.timeouts()
 	if err != nil {
+		return err
+	}
+	if err := checkStreams(*streams); err != nil {
 		return err
 	}
 	log, err := newLogger(*logLevel)
@@ -72,7 +77,7 @@ func cmdServe(args []string) error {
 	if err != nil {
 		return err
 	}
-	h, err := hostd.New(hostd.Config{PoolSize: uint64(poolSize), RunDir: *runDir, Log: log, QEMURoot: qemu.Root(*qemuRoot), Transport: transport, Timeouts: timeouts})
+	h, err := hostd.New(hostd.Config{PoolSize: uint64(poolSize), RunDir: *runDir, Log: log, QEMURoot: qemu.Root(*qemuRoot), Transport: transport, Timeouts: timeouts, Streams: *streams})
 	if err != nil {
 		return err
 	}
