@@ -47,7 +47,7 @@ type Config struct {
 	Timeouts orchestrator.Timeouts
 	// Streams is the vGPU stop phase's stream count: an outgoing
 	// migration's, unless its request says, and the most an incoming one
-	// takes (0: precopy.DefaultStreams).
+	// takes (0: precopy.DefaultStreams out, precopy.MaxDefaultStreams in).
 	Streams int
 	// OnHeartbeat, if set, sees every guest HEARTBEAT write of every vGPU
 	// on this host, created or arrived by migration, stamped with this

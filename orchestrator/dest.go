@@ -58,8 +58,8 @@ type DestinationOptions struct {
 	// questions; nil: in memory only (a FileOutcomes survives a restart).
 	Outcomes OutcomeStore
 	// Streams is the most streams this destination takes for a vGPU's
-	// stop phase (0: precopy.DefaultStreams; the source opens at most
-	// this many).
+	// stop phase (0: precopy.MaxDefaultStreams, whatever its cores; the
+	// source opens at most this many).
 	Streams int
 }
 
@@ -86,7 +86,7 @@ const outcomeKeep = 30 * time.Minute
 func NewDestination(h Host, opts DestinationOptions) *Destination {
 	opts.Timeouts = opts.Timeouts.withDefaults()
 	if opts.Streams == 0 {
-		opts.Streams = precopy.DefaultStreams()
+		opts.Streams = precopy.MaxDefaultStreams
 	}
 	if opts.Outcomes == nil {
 		opts.Outcomes = &MemoryOutcomes{}

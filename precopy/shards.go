@@ -22,13 +22,17 @@ import (
 // only once every stream has ended.
 
 // DefaultStreams is the stop phase's stream count when Options.Streams is
-// zero: half the cores, at most 8 — on the 16-core device machine
-// loopback TCP carries 3.1, 6.2, 7.4 and 9.7 GB/s on 1, 2, 4 and 8
-// streams (the design brief's measurement), each stream's sender and
+// zero: half the cores, at most MaxDefaultStreams — on the 16-core device
+// machine loopback TCP carries 3.1, 6.2, 7.4 and 9.7 GB/s on 1, 2, 4 and
+// 8 streams (the design brief's measurement), each stream's sender and
 // receiver taking a core of their own; on 2 cores that leaves one stream,
-// where gmigd bench measured several streams no faster
-// (docs/benchmarks.md).
-func DefaultStreams() int { return min(8, max(1, runtime.NumCPU()/2)) }
+// where more measured no faster (docs/migration-stream.md §3.3).
+func DefaultStreams() int { return min(MaxDefaultStreams, max(1, runtime.NumCPU()/2)) }
+
+// MaxDefaultStreams is the most streams DefaultStreams gives, and the
+// most a destination takes unless told otherwise (orchestrator): 8, where
+// the device machine's loopback stops gaining (9.7 GB/s on 8 streams).
+const MaxDefaultStreams = 8
 
 // shardOut is one extra stream of a Source.
 type shardOut struct {

@@ -54,6 +54,7 @@ func (s *Source) Stop(ctx context.Context) (Report, error) {
 func (s *Source) stop(ctx context.Context, rep *Report) error {
 	t0 := time.Now()
 	before := s.w.Stats()
+	rep.Stop.Streams = s.streams()
 	stopMeta := meta{Phase: phaseStop}
 	if s.streams() > 1 {
 		stopMeta.Streams, stopMeta.ShardToken = s.streams(), s.token

@@ -58,7 +58,7 @@ func cmdServe(args []string) error {
 	mig.register(fs)
 	var tos migrationTimeouts
 	tos.register(fs)
-	streams := streamsFlag(fs, fmt.Sprintf("the vGPU stop phase's streams: outgoing migrations open this many connections, incoming ones take at most this many (0: %d here, half the cores, at most 8)", precopy.DefaultStreams()))
+	streams := streamsFlag(fs, fmt.Sprintf("the vGPU stop phase's streams: outgoing migrations open this many connections, incoming ones take at most this many (0: %d out here, half the cores, at most %d; %[2]d in)", precopy.DefaultStreams(), precopy.MaxDefaultStreams))
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
