@@ -15,8 +15,8 @@ import (
 // final dirty scan (stop-and-copy: every page) and sends the dirty pages
 // straight from the frozen memory — pipelined: the pages of each scanned
 // chunk go out while the workers scan the next, with the hashes the scan
-// computed (scanAndSend; Options.SerialStop scans everything first) —
-// then DeviceState (vgpu.State without
+// computed (scanAndSend; Options.SerialStop scans everything first), on
+// every stream AddStreams gave it — then, on the main stream, DeviceState (vgpu.State without
 // what the API log carries), APILog (kernel objects, fence, interrupt
 // state), FrontEnd (the guest's config writes), a summary Meta and End,
 // and waits for the destination's verdict (not with NoVerdict: the
@@ -177,9 +177,9 @@ const PipelineMinWorkers = 4
 
 // scanAndSend is the pipelined final scan: the tracker's workers scan the
 // frozen memory chunk by chunk (dirty.ScanFrozenStream), hashing every
-// dirty page, while this goroutine sends the dirty pages of each chunk
-// straight from memory with those hashes (no copy, no hash on the send
-// path). Stop-and-copy takes the same path: nothing was recorded, so
+// dirty page, while this goroutine (or, with extra streams, one sender per
+// stream: spread) sends the dirty pages of each chunk straight from
+// memory with those hashes (no copy, no hash on the send path). Stop-and-copy takes the same path: nothing was recorded, so
 // every page is dirty (Unrecorded) and hashed by the workers. It returns
 // when the last chunk was scanned: the downtime's scan term ends there,
 // its transfer term is what was left to send after it.
