@@ -121,8 +121,8 @@ type pageJob struct {
 // pages goes on every stream — and hands each to the next stream in turn,
 // round-robin, each stream's sender writing on its own goroutine.
 // With own, send copies what it is given (the caller reuses it). Once
-// produce returns, each extra stream ends (End); the main stream goes on
-// with the stop phase's tail. It returns the first error of produce or a
+// produce returns, each extra stream ends (End) unless anything failed;
+// the main stream goes on with the stop phase's tail. It returns the first error of produce or a
 // sender; a sender's error interrupts every connection's writes, so the
 // others stop too, and send returns it to produce.
 func (s *Source) spread(own bool, produce func(send func(idx []uint32, hashes []uint64) error) error) error {
@@ -147,7 +147,7 @@ func (s *Source) spread(own bool, produce func(send func(idx []uint32, hashes []
 	for i := range n {
 		jobs[i] = make(chan pageJob, 2)
 		go func() {
-			errs <- s.sendShard(i, jobs[i], fail)
+			errs <- s.sendShard(i, jobs[i], fail, firstErr)
 		}()
 	}
 	next := 0
@@ -175,6 +175,9 @@ func (s *Source) spread(own bool, produce func(send func(idx []uint32, hashes []
 		return nil
 	}
 	err := produce(send)
+	if err != nil {
+		fail(err) // no stream ends as if it were whole
+	}
 	for _, j := range jobs {
 		close(j)
 	}
@@ -190,16 +193,17 @@ func (s *Source) spread(own bool, produce func(send func(idx []uint32, hashes []
 }
 
 // sendShard writes the jobs for stream i (0: the main one) until jobs is
-// closed, then ends an extra stream. After a failure (its own, reported
-// through fail, or another's) it drains jobs without writing.
-func (s *Source) sendShard(i int, jobs <-chan pageJob, fail func(error)) error {
+// closed, then ends an extra stream unless the phase failed. After a
+// failure (its own, reported through fail, or another's: failed) it
+// drains jobs without writing.
+func (s *Source) sendShard(i int, jobs <-chan pageJob, fail func(error), failed func() error) error {
 	var err error
 	w := s.w
 	if i > 0 {
 		w = s.shards[i-1].w
 	}
 	for j := range jobs {
-		if err != nil {
+		if err != nil || failed() != nil {
 			continue
 		}
 		var st stream.Stats
@@ -215,7 +219,7 @@ func (s *Source) sendShard(i int, jobs <-chan pageJob, fail func(error)) error {
 			fail(err)
 		}
 	}
-	if err == nil && i > 0 {
+	if err == nil && i > 0 && failed() == nil {
 		before := w.Stats().Bytes
 		if err = w.Close(); err != nil {
 			err = fmt.Errorf("ending stream %d: %w", i, err)
