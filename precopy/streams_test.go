@@ -42,7 +42,7 @@ func (c *countConn) CloseWrite() error { return c.Conn.(*net.TCPConn).CloseWrite
 
 // streamPairs is k−1 extra connections: the source's ends (counting) and
 // a NextStream that hands out the destination's.
-func streamPairs(t *testing.T, k int) ([]*countConn, func(context.Context) (io.Reader, error)) {
+func streamPairs(t testing.TB, k int) ([]*countConn, func(context.Context) (io.Reader, error)) {
 	var src []*countConn
 	dst := make(chan io.Reader, k)
 	for range k - 1 {
