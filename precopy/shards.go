@@ -26,7 +26,8 @@ import (
 // machine loopback TCP carries 3.1, 6.2, 7.4 and 9.7 GB/s on 1, 2, 4 and
 // 8 streams (the design brief's measurement), each stream's sender and
 // receiver taking a core of their own; on 2 cores that leaves one stream,
-// where more measured no faster (docs/migration-stream.md §3.3).
+// where two gained at light load and lost at heavy load
+// (docs/migration-stream.md §3.3).
 func DefaultStreams() int { return min(MaxDefaultStreams, max(1, runtime.NumCPU()/2)) }
 
 // MaxDefaultStreams is the most streams DefaultStreams gives, and the
