@@ -157,10 +157,18 @@ func testStopOnStreams(t *testing.T, k int, strat Strategy, serial bool) {
 }
 
 // hostileShard writes, on a fresh connection, a shard stream: header,
-// ShardHeader sh, then pages idx of mem (the source's), End.
+// ShardHeader sh, then pages idx of mem (the source's, copied now: the
+// writer outlives the source's turn), End.
 func hostileShard(t *testing.T, sh stream.Shard, mem []byte, idx []uint32) io.Reader {
 	a, b := migtest.TCPPair(t)
+	mem = bytes.Clone(mem)
+	done := make(chan struct{})
+	t.Cleanup(func() {
+		a.Close()
+		<-done
+	})
 	go func() {
+		defer close(done)
 		w, err := stream.NewWriter(a)
 		if err == nil {
 			err = w.WriteShard(sh)
