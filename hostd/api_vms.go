@@ -13,6 +13,7 @@ import (
 
 	"github.com/gmig-dev/gmig/orchestrator"
 	"github.com/gmig-dev/gmig/precopy"
+	"github.com/gmig-dev/gmig/precopy/stream"
 )
 
 // AdoptRequest is the body of POST /v1/vms/{name}/adopt.
@@ -37,6 +38,7 @@ type MigrateRequest struct {
 	// DryRun checks the destination and estimates the stop phase; nothing
 	// moves (the answer is one line, {"check": ...}).
 	DryRun bool `json:"dry_run,omitempty"`
+	Streams        int    `json:"streams,omitempty"` // the vGPU stop phase's streams (0: the daemon's -streams)
 }
 
 // MigrateEvent is one line of a migration's answer.
@@ -160,6 +162,10 @@ func (h *Host) serveMigrate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	if req.Streams < 0 || req.Streams > stream.MaxShards {
+		writeError(w, fmt.Errorf("%w: streams %d: want 1 … %d (0: the daemon's)", errBadRequest, req.Streams, stream.MaxShards))
+		return
+	}
 	if req.To == "" {
 		writeError(w, fmt.Errorf("%w: no destination (\"to\")", errBadRequest))
 		return
@@ -192,7 +198,7 @@ func (h *Host) serveMigrate(w http.ResponseWriter, r *http.Request) {
 	// HTTP connection.
 	ctx := context.WithoutCancel(r.Context())
 	opts := MigrateOptions{
-		Precopy:       precopy.Options{Strategy: strategy, BackgroundRate: req.BackgroundRate},
+		Precopy:       precopy.Options{Strategy: strategy, BackgroundRate: req.BackgroundRate, Streams: req.Streams},
 		Progress:      func(p orchestrator.Progress) { send(MigrateEvent{Progress: &p}) },
 		MaxBandwidth:  req.MaxBandwidthMB << 20,
 		DowntimeLimit: time.Duration(req.DowntimeMS) * time.Millisecond,

@@ -47,6 +47,10 @@ type Config struct {
 	Transport orchestrator.Transport
 	// Timeouts bound the migration conversation (zero: the defaults).
 	Timeouts orchestrator.Timeouts
+	// Streams is the vGPU stop phase's stream count: an outgoing
+	// migration's, unless its request says, and the most an incoming one
+	// takes (0: precopy.DefaultStreams out, precopy.MaxDefaultStreams in).
+	Streams int
 	// OnHeartbeat, if set, sees every guest HEARTBEAT write of every vGPU
 	// on this host, created or arrived by migration, stamped with this
 	// host's clock: the largest gap between consecutive values is the

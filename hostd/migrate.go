@@ -57,6 +57,9 @@ func (h *Host) MigrateVM(ctx context.Context, name, peer string, opts MigrateOpt
 		return orchestrator.Report{}, err
 	}
 	h.metrics.migrationStarted("source")
+	if opts.Precopy.Streams == 0 {
+		opts.Precopy.Streams = h.cfg.Streams
+	}
 	phases := h.metrics.trackPhases()
 	ctl := orchestrator.NewControl(opts.Bandwidth)
 	job := h.jobs.start(Job{VM: name, Peer: peer, Strategy: string(cmp.Or(opts.Precopy.Strategy, precopy.OneShot)),
@@ -186,7 +189,7 @@ func (h *Host) ListenMigrations(addr string) (net.Listener, error) {
 // behind. onArrival, if set, is told each arrival's end.
 func (h *Host) ServeMigrations(ctx context.Context, l net.Listener, onArrival func(orchestrator.Arrival)) error {
 	d := orchestrator.NewDestination(h, orchestrator.DestinationOptions{
-		Timeouts: h.cfg.Timeouts, Log: h.log, Outcomes: h.outcomes(),
+		Timeouts: h.cfg.Timeouts, Log: h.log, Outcomes: h.outcomes(), Streams: h.cfg.Streams,
 		OnArrival: func(a orchestrator.Arrival) {
 			h.metrics.migrationEnded("destination", orchestrator.Report{}, a.Err)
 			if onArrival != nil {

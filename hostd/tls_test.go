@@ -66,7 +66,8 @@ func tlsTransport(t *testing.T, dir, name string, log *lockedBuffer) *mtls.Trans
 // two gmigd whose transports are mutual TLS, there and back, under its
 // workload: every report holds, the guest ends with the digest of a run
 // that never moved, and each host logged the other's identity for each
-// connection. A third gmigd whose certificate is from another CA is
+// connection; the second migration's stop phase goes on 3 mTLS
+// connections. A third gmigd whose certificate is from another CA is
 // refused before anything of the VM moves: the VM runs on at the source
 // and the refused destination has nothing.
 func TestMigrateOverMutualTLS(t *testing.T) {
@@ -98,10 +99,13 @@ func TestMigrateOverMutualTLS(t *testing.T) {
 			from, to = b, a
 		}
 		rep, err := from.MigrateVM(ctx, "vm", to.addr, MigrateOptions{
-			Precopy: precopy.Options{Strategy: st}, Progress: midWorkload(t, ctx, vm, uint64(60*(i+1))),
+			Precopy: precopy.Options{Strategy: st, Streams: 1 + 2*i}, Progress: midWorkload(t, ctx, vm, uint64(60*(i+1))),
 		})
 		if err != nil {
 			t.Fatalf("migration %d over mTLS: %v", i, err)
+		}
+		if got := rep.Precopy.Stop.Streams; got != 1+2*i {
+			t.Errorf("migration %d: stop phase on %d streams, want %d", i, got, 1+2*i)
 		}
 		if a := <-to.arrivals; a.Err != nil {
 			t.Fatalf("migration %d: the destination says %v", i, a.Err)

@@ -59,6 +59,10 @@ type DestinationOptions struct {
 	// Outcomes keeps what this destination decided, for the sources'
 	// questions; nil: in memory only (a FileOutcomes survives a restart).
 	Outcomes OutcomeStore
+	// Streams is the most streams this destination takes for a vGPU's
+	// stop phase (0: precopy.MaxDefaultStreams, whatever its cores; the
+	// source opens at most this many).
+	Streams int
 }
 
 // Destination accepts incoming migrations for a Host.
@@ -69,7 +73,7 @@ type Destination struct {
 	instance string
 
 	mu   sync.Mutex
-	data map[string]chan net.Conn // migrations waiting for their stream
+	data map[string]*waiting // migrations waiting for their streams
 }
 
 // outcomeKeep is how long MemoryOutcomes keeps an aborted migration's
@@ -83,6 +87,9 @@ const outcomeKeep = 30 * time.Minute
 // NewDestination returns a Destination for h.
 func NewDestination(h Host, opts DestinationOptions) *Destination {
 	opts.Timeouts = opts.Timeouts.withDefaults()
+	if opts.Streams == 0 {
+		opts.Streams = precopy.MaxDefaultStreams
+	}
 	if opts.Outcomes == nil {
 		opts.Outcomes = &MemoryOutcomes{}
 	}
@@ -90,7 +97,7 @@ func NewDestination(h Host, opts DestinationOptions) *Destination {
 	return &Destination{
 		host: h, opts: opts, instance: id,
 		log:  opts.Log.With().Str("instance", id).Logger(),
-		data: map[string]chan net.Conn{},
+		data: map[string]*waiting{},
 	}
 }
 
@@ -131,17 +138,17 @@ func (d *Destination) serveConn(ctx context.Context, c net.Conn) {
 	case kindMigrate:
 		defer c.Close()
 		d.incoming(ctx, c, h.ID)
-	case kindData:
+	case kindData, kindStream:
 		d.mu.Lock()
-		ch, ok := d.data[h.ID]
-		delete(d.data, h.ID)
-		d.mu.Unlock()
-		if !ok {
-			d.log.Warn().Str("migration", h.ID).Msg("a stream for no migration waiting for one; closed")
-			c.Close()
-			return
+		err := errNoStream
+		if w, ok := d.data[h.ID]; ok {
+			err = w.routeLocked(c, h)
 		}
-		ch <- c // buffered: the migration owns and closes it
+		d.mu.Unlock()
+		if err != nil {
+			d.log.Warn().Err(err).Str("migration", h.ID).Str("kind", h.Kind).Int("index", h.Index).Msg("stream closed")
+			c.Close()
+		}
 	case kindCheck:
 		defer c.Close()
 		d.check(ctx, c, h.ID)
@@ -242,13 +249,14 @@ func (in *arriving) run(ctx context.Context) error {
 		return in.refuse(fmt.Errorf("Prepare for migration %q on the connection of %q", in.prepare.ID, in.id))
 	}
 	in.log = in.log.With().Str("vgpu", in.prepare.Name).Str("vm_kind", in.prepare.VMKind).Logger()
-	dataCh := make(chan net.Conn, 1)
+	streams := newWaiting(in.d.opts.Streams)
 	in.d.mu.Lock()
-	in.d.data[in.id] = dataCh
+	in.d.data[in.id] = streams
 	in.d.mu.Unlock()
 	defer func() {
 		in.d.mu.Lock()
 		delete(in.d.data, in.id)
+		streams.closeLeftLocked()
 		in.d.mu.Unlock()
 	}()
 
@@ -269,7 +277,7 @@ func (in *arriving) run(ctx context.Context) error {
 		}
 	}
 	_ = in.ctl.SetWriteDeadline(time.Now().Add(t.Message))
-	if err := writeMsg(in.ctl, ready{Incoming: landing.VM().Incoming(), Instance: in.d.instance}); err != nil {
+	if err := writeMsg(in.ctl, ready{Incoming: landing.VM().Incoming(), Instance: in.d.instance, Streams: streams.streams}); err != nil {
 		return err
 	}
 	in.saidReady = true
@@ -296,7 +304,7 @@ func (in *arriving) run(ctx context.Context) error {
 		case <-rctx.Done():
 		}
 	}()
-	if err := in.receive(rctx, dataCh); err != nil {
+	if err := in.receive(rctx, streams); err != nil {
 		return err
 	}
 	cancel()
@@ -346,19 +354,22 @@ func (in *arriving) refuse(err error) error {
 	return err
 }
 
-// receive takes the vGPU stream into the landed vGPU; the verdict goes
-// back on the stream's connection.
-func (in *arriving) receive(ctx context.Context, dataCh <-chan net.Conn) error {
+// receive takes the vGPU stream, and the stop phase's extra streams, into
+// the landed vGPU; the verdict goes back on the stream's connection.
+func (in *arriving) receive(ctx context.Context, streams *waiting) error {
 	var data net.Conn
 	select {
-	case data = <-dataCh:
+	case data = <-streams.data:
 	case <-time.After(in.d.opts.Timeouts.Data):
 		return errors.New("orchestrator: the vGPU stream did not arrive")
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 	defer data.Close()
-	rep, err := precopy.Receive(ctx, data, in.landing.VGPU(), precopy.Options{Log: in.log})
+	extra := &extraStreams{w: streams, timeout: in.d.opts.Timeouts.Data}
+	defer extra.closeAll()
+	rep, err := precopy.Receive(ctx, data, in.landing.VGPU(),
+		precopy.Options{Log: in.log, Streams: streams.streams, NextStream: extra.next})
 	in.rep = rep
 	return err
 }

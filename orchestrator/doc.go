@@ -16,9 +16,12 @@
 //	                                         ready{incoming}
 //	data connection: hello, vGPU stream  →   precopy.Receive into the vGPU
 //	  live phase (the VM runs)
+//	stream connections 1 … N−1: hello    →   held for the stop phase
+//	  (N: at most ready.streams; streams.go)
 //	SourceVM.Migrate(incoming): the VMM's own pre-copy (the VM runs)
 //	SourceVM.WaitPaused: the VMM paused the VM        ← downtime starts
-//	  stop phase: quiesce, final scan, dirty pages, state, API log
+//	  stop phase: quiesce, final scan, dirty pages (on all N streams),
+//	  state, API log
 //	                                    ←    verdict (the vGPU is restored,
 //	                                         still quiesced, not live)
 //	SourceVM.Switchover: the VMM completes

@@ -67,6 +67,8 @@ const (
 	actCorrupt
 	// actPass lets the write through: the fault is only a cue (first).
 	actPass
+	// actRewrite writes fault.rewrite(p) instead of p.
+	actRewrite
 )
 
 // fault is one planned failure.
@@ -81,6 +83,8 @@ type fault struct {
 	// first, if set, runs as the fault fires, before it acts (a cue for
 	// what must already hold when the peer notices).
 	first func()
+	// rewrite is actRewrite's replacement of the write.
+	rewrite func(p []byte) []byte
 }
 
 // add plans f.
@@ -203,6 +207,22 @@ func (n *faultNet) closeIf(match func(*faultConn) bool) {
 			c.Conn.Close()
 		}
 	}
+}
+
+// count is how many connections of side have shown kind in their hello.
+func (n *faultNet) count(s side, kind string) int {
+	n.mu.Lock()
+	conns := n.conns
+	n.mu.Unlock()
+	k := 0
+	for _, c := range conns {
+		c.mu.Lock()
+		if c.side == s && c.kind == kind {
+			k++
+		}
+		c.mu.Unlock()
+	}
+	return k
 }
 
 // killDest is a destination gmigd dying: its listeners and every
@@ -347,6 +367,11 @@ func (c *faultConn) Write(p []byte) (int, error) {
 		return c.write(q)
 	case actPass:
 		return c.write(p)
+	case actRewrite:
+		if _, err := c.write(f.rewrite(p)); err != nil {
+			return 0, err
+		}
+		return len(p), nil
 	}
 	panic(fmt.Sprintf("faultnet: action %d", f.act))
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gmig-dev/gmig/internal/migtest"
 	"github.com/gmig-dev/gmig/internal/pool"
+	"github.com/gmig-dev/gmig/precopy"
 )
 
 // The harness of the fault matrix: one source (a real vGPU, programmed
@@ -82,6 +83,9 @@ type env struct {
 	dstPool     *pool.Pool
 	dstTimeouts Timeouts
 	log         zerolog.Logger
+	// streams is the vGPU stop phase's stream count, both sides' (0:
+	// precopy.DefaultStreams).
+	streams int
 
 	mu    sync.Mutex
 	dests []*destServer
@@ -154,7 +158,7 @@ func (e *env) startDest(addr string, h *fakeHost) *destServer {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	d := NewDestination(h, DestinationOptions{Timeouts: e.dstTimeouts, Log: e.log, OnArrival: e.arrive})
+	d := NewDestination(h, DestinationOptions{Timeouts: e.dstTimeouts, Log: e.log, OnArrival: e.arrive, Streams: e.streams})
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &destServer{host: h, addr: l.Addr().String(), stop: cancel, done: make(chan struct{})}
 	go func() {
@@ -235,7 +239,7 @@ func (e *env) waitResolved(t *testing.T) bool {
 func (e *env) source(src Timeouts) Source {
 	return Source{
 		VGPU: e.dev.V, VM: e.vm, Beats: e.beats, Peer: e.addr, Transport: e.net,
-		VMKind: "fake", Timeouts: src.over(testTimeouts),
+		VMKind: "fake", Timeouts: src.over(testTimeouts), Precopy: precopy.Options{Streams: e.streams},
 		Progress:   e.phases.add,
 		OnResolved: func(runs bool) { e.resolved <- runs },
 		Log:        e.log,

@@ -1,7 +1,9 @@
 package orchestrator
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -41,6 +43,7 @@ type cell struct {
 	// network.
 	setup    func(e *env)
 	src, dst Timeouts // over testTimeouts
+	streams  int      // the vGPU stop phase's streams (0: the default)
 	// resolve runs after Migrate returned ErrOutcomeUnknown: it checks
 	// the paused source and lets the destination answer.
 	resolve func(t *testing.T, e *env)
@@ -81,6 +84,18 @@ func waitFor(ctx context.Context, ch <-chan struct{}) error {
 }
 
 var errKilled = errors.New("fake VMM: killed with its gmigd")
+
+// otherMigration rewrites a hello to name another migration.
+func otherMigration(p []byte) []byte {
+	var h hello
+	if len(p) < 4 || json.Unmarshal(p[4:], &h) != nil {
+		return p
+	}
+	h.ID = "0123456789abcdef"
+	var b bytes.Buffer
+	_ = writeMsg(&b, h)
+	return b.Bytes()
+}
 
 // restartAnswers restarts the killed destination on its address, a new
 // instance that never heard of the migration, and expects the source to
@@ -197,6 +212,25 @@ func faultCells() []cell {
 		src:  Timeouts{Decision: slow},
 		want: want{err: ErrRolledBack, is: context.DeadlineExceeded, text: "stop phase", live: liveSource, cleanup: cleanDiscarded},
 	}, {
+		// The destination takes the stream's hello for no migration of
+		// its own and closes it: the source's next write on it fails
+		// (pre-copy or stop phase), or the destination's wait for it
+		// ends.
+		name:    "2f an extra stream names another migration",
+		streams: 3,
+		setup: func(e *env) {
+			e.net.add(&fault{side: atSource, kind: kindStream, act: actRewrite, rewrite: otherMigration})
+		},
+		dst:  Timeouts{Data: slow},
+		want: want{err: ErrRolledBack, live: liveSource, cleanup: cleanDiscarded},
+	}, {
+		name:    "2g an extra stream never connects (its hello stalled): the destination's data timeout",
+		streams: 3,
+		setup:   func(e *env) { e.net.add(&fault{side: atSource, kind: kindStream, act: actStall}) },
+		dst:     Timeouts{Data: slow},
+		want: want{err: ErrRolledBack, is: precopy.ErrRefused, text: "an extra stream of the stop phase did not arrive",
+			live: liveSource, cleanup: cleanDiscarded},
+	}, {
 		name:  "3 SourceVM.WaitPaused fails",
 		setup: func(e *env) { e.vm.failWaitPaused = errVMM },
 		want:  want{err: ErrRolledBack, is: errVMM, live: liveSource, cleanup: cleanDiscarded},
@@ -220,6 +254,13 @@ func faultCells() []cell {
 			}})
 		},
 		want: want{err: ErrRolledBack, is: precopy.ErrRefused, text: "checksum", live: liveSource, cleanup: cleanDiscarded},
+	}, {
+		name:    "4d an extra stream cut mid-stop",
+		streams: 3,
+		setup: func(e *env) {
+			e.net.add(&fault{side: atSource, kind: kindStream, when: e.whilePaused, act: actCut})
+		},
+		want: want{err: ErrRolledBack, text: "stop phase", live: liveSource, cleanup: cleanDiscarded},
 	}, {
 		name:  "5a verdict lost, stream closed",
 		setup: func(e *env) { e.net.add(&fault{side: atDest, kind: kindData, act: actMute}) },
@@ -363,6 +404,29 @@ func faultCells() []cell {
 		check: checkSuccess,
 		want:  want{live: liveDest, cleanup: cleanReleased},
 	}, {
+		// The guest rewrites every page while the VMM migrates: the
+		// whole memory goes on the 4 streams.
+		name:    "12b success, the stop phase on 4 streams",
+		streams: 4,
+		setup: func(e *env) {
+			e.vm.onMigrate = func() {
+				mem := e.dev.V.Memory()
+				for p := 0; p < len(mem); p += stream.PageSize {
+					mem[p]++
+				}
+			}
+		},
+		check: func(t *testing.T, e *env, rep Report) {
+			checkSuccess(t, e, rep)
+			if n := e.net.count(atDest, kindStream); n != 3 {
+				t.Errorf("%d extra streams reached the destination, want 3", n)
+			}
+			if got, want := rep.Precopy.Stop.DirtyPages, testMem/stream.PageSize; got != want {
+				t.Errorf("%d pages in the stop phase, want all %d", got, want)
+			}
+		},
+		want: want{live: liveDest, cleanup: cleanReleased},
+	}, {
 		// The switchover completes once the source has heard the
 		// destination hang up, which it does at once.
 		name: "13 destination shut down while waiting for the decision",
@@ -433,6 +497,7 @@ func TestFaultMatrix(t *testing.T) {
 // runCell runs one cell and returns its table row, as observed.
 func runCell(t *testing.T, c cell) []string {
 	e := newEnv(t, c.dst)
+	e.streams = c.streams
 	if c.setup != nil {
 		c.setup(e)
 	}

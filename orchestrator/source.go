@@ -120,6 +120,8 @@ type outgoing struct {
 	ctl      net.Conn
 	ctlIn    chan ctlMsg // what the destination says after ready, read by one goroutine
 	data     net.Conn
+	extra    []net.Conn // the stop phase's extra streams (streams.go)
+	streams  int        // the stop phase's streams, as the destination agreed
 	src      *precopy.Source
 	instance string // the destination gmigd's run
 	times    sourceTimes
@@ -127,7 +129,7 @@ type outgoing struct {
 
 func (m *outgoing) run(ctx context.Context) error {
 	defer func() {
-		for _, c := range []net.Conn{m.ctl, m.data} {
+		for _, c := range append([]net.Conn{m.ctl, m.data}, m.extra...) {
 			if c != nil {
 				c.Close()
 			}
@@ -292,9 +294,10 @@ func (m *outgoing) prepare(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("orchestrator: the destination refused: %s", r.Error)
 	}
 	m.instance = r.Instance
+	m.streams = m.agreeStreams(r.Streams)
 	m.ctlIn = make(chan ctlMsg, 4)
 	go m.readControl()
-	m.log.Info().Str("incoming", r.Incoming).Msg("destination ready")
+	m.log.Info().Str("incoming", r.Incoming).Int("streams", m.streams).Msg("destination ready")
 	return r.Incoming, nil
 }
 
@@ -310,6 +313,9 @@ func (m *outgoing) live(ctx context.Context, incoming string) error {
 	opts := m.Precopy
 	opts.Log = m.log
 	if m.src, err = precopy.NewSource(m.VGPU, m.data, opts); err != nil {
+		return err
+	}
+	if err := m.openStreams(ctx); err != nil {
 		return err
 	}
 	m.progress.track(m.src.Sent, uint64(m.src.Pages()))

@@ -30,12 +30,16 @@ const (
 	kindData    = "data"    // the vGPU stream of one migration
 	kindQuery   = "query"   // asks a migration's outcome
 	kindCheck   = "check"   // a dry run: would a migration land? (check.go)
+	kindStream  = "stream"  // an extra stream of one migration's stop phase
 )
 
 type hello struct {
 	Version int    `json:"version"`
 	Kind    string `json:"kind"`
 	ID      string `json:"id"`
+	// Index numbers a kindStream connection: 1 … ready.Streams−1 (the
+	// data connection is stream 0).
+	Index int `json:"index,omitempty"`
 }
 
 // Prepare is what a source asks of the destination: a vGPU like its own,
@@ -58,6 +62,9 @@ type ready struct {
 	Error    string `json:"error,omitempty"`
 	Incoming string `json:"incoming,omitempty"`
 	Instance string `json:"instance"` // the destination gmigd's run, for outcome queries
+	// Streams is the most streams the destination takes for the vGPU's
+	// stop phase; absent (a destination before them): 1.
+	Streams int `json:"streams,omitempty"`
 }
 
 // gaveUp is the destination's word, after ready and before the source's

@@ -23,6 +23,7 @@ func wireSamples() []any {
 	ms := func(n int) time.Time { return at.Add(time.Duration(n) * time.Millisecond) }
 	return []any{
 		&hello{Version: ProtocolVersion, Kind: kindMigrate, ID: "0123456789abcdef"},
+		&hello{Version: ProtocolVersion, Kind: kindStream, ID: "0123456789abcdef", Index: 3},
 		&Prepare{
 			ID:   "0123456789abcdef",
 			Name: "vm",
@@ -31,7 +32,7 @@ func wireSamples() []any {
 			VMKind: "qemu", VM: json.RawMessage(`{"args":["-m","1G"],"name":"vm"}`),
 			Strategy: precopy.Iterative,
 		},
-		&ready{Incoming: "tcp:10.0.0.2:4444", Instance: "fedcba9876543210"},
+		&ready{Incoming: "tcp:10.0.0.2:4444", Instance: "fedcba9876543210", Streams: 4},
 		&ready{Error: "hostd: name in use: vm", Instance: "fedcba9876543210"},
 		&gaveUp{GaveUp: "precopy: stream: section 4 (PageBatch): local error: tls: bad record MAC"},
 		&decision{Commit: true},

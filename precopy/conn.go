@@ -45,3 +45,23 @@ func closeWrite(conn any) {
 		_ = c.CloseWrite()
 	}
 }
+
+// watchReads interrupts conn's reads when ctx ends, until the returned
+// stop is called; stop makes conn readable again if they were
+// interrupted, so the caller can still drain it (Receive's refusal).
+func watchReads(ctx context.Context, conn any) (stop func()) {
+	fired := make(chan struct{})
+	after := context.AfterFunc(ctx, func() {
+		interruptReads(conn)
+		close(fired)
+	})
+	return func() {
+		if after() {
+			return
+		}
+		<-fired
+		if d, ok := conn.(readDeadliner); ok {
+			_ = d.SetReadDeadline(time.Time{})
+		}
+	}
+}

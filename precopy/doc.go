@@ -1,7 +1,7 @@
 // Package precopy is gmig's migration engine: it moves one running vGPU —
 // graphics memory, device state and the API log — from a source gmigd to a
-// destination gmigd over one connection (docs/migration-protocol.md; the gMig
-// lineage).
+// destination gmigd over one connection, its stop phase over one or more
+// (docs/migration-protocol.md; the gMig lineage).
 //
 // # Strategies
 //
@@ -34,6 +34,12 @@
 //	                      Meta{stop}, PageBatch*, DeviceState,    (stop phase)
 //	                      APILog, FrontEnd, Meta{summary}, End
 //	destination → source: a stream of its own: header, Meta{verdict}, End
+//
+// With extra connections (Source.AddStreams, Options.NextStream) the stop
+// phase's pages are spread over them and the main one, each page on one
+// stream; each extra one carries header, ShardHeader, PageBatch*, End, and
+// the destination restores the device only once every stream has ended
+// (shards.go, receive_shards.go; docs/migration-stream.md §3.3).
 //
 // Meta payloads are JSON. DeviceState is the gob of vgpu.State with kernel
 // objects, FENCE_DONE and INT_STATUS/INT_MASK removed: the APILog section

@@ -1,13 +1,16 @@
 package precopy
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"runtime"
 
 	"github.com/rs/zerolog"
 
 	"github.com/gmig-dev/gmig/dirty"
+	"github.com/gmig-dev/gmig/precopy/stream"
 )
 
 // Strategy is how graphics memory is moved; the three run side by side so
@@ -74,6 +77,15 @@ type Options struct {
 	// before/after comparisons. With fewer than PipelineMinWorkers
 	// workers the stop phase is serial anyway.
 	SerialStop bool
+	// Streams is how many streams the stop phase's pages go on (0:
+	// DefaultStreams): for a source, how many connections its caller
+	// opens (Source.AddStreams takes all but the main one); for Receive,
+	// the most it takes.
+	Streams int
+	// NextStream, for Receive, returns the next extra connection of the
+	// migration as it arrives (the caller bounds the wait with ctx or a
+	// timeout of its own); nil: the stop phase on one stream only.
+	NextStream func(ctx context.Context) (io.Reader, error)
 	Log        zerolog.Logger
 }
 
@@ -96,6 +108,8 @@ func (o Options) WithDefaults() (Options, error) {
 	switch {
 	case o.MaxRounds < 1:
 		return o, fmt.Errorf("precopy: MaxRounds %d: want at least 1", o.MaxRounds)
+	case o.Streams < 0 || o.Streams > stream.MaxShards:
+		return o, fmt.Errorf("precopy: Streams %d: want 1 … %d (0: the default)", o.Streams, stream.MaxShards)
 	case o.ConvergePages < 0, o.BackgroundRate < 0, o.Workers < 0:
 		return o, fmt.Errorf("precopy: negative ConvergePages (%d), BackgroundRate (%d) or Workers (%d)",
 			o.ConvergePages, o.BackgroundRate, o.Workers)

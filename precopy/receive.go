@@ -29,7 +29,10 @@ import (
 // its VMM's front end.
 //
 // Then the verdict is sent on conn, which must also be an io.Writer,
-// unless opts.NoVerdict; opts.Log is the only other field used. The
+// unless opts.NoVerdict. A stop phase spread over several streams takes
+// the extra ones from opts.NextStream (at most opts.Streams in all; 0:
+// stream.MaxShards); without it such a stream is refused. opts.Log is the
+// only other field used. The
 // verdict is a promise, not a commit: on success v stays quiesced until
 // the caller resumes it when the VM runs here, or discards it if the
 // migration fails later (the orchestrator's commit decides).
@@ -41,7 +44,10 @@ import (
 // it also bounds that wait.
 func Receive(ctx context.Context, conn io.Reader, v *vgpu.VGPU, opts Options) (Report, error) {
 	v.Quiesce()
-	d := &dest{conn: conn, v: v, log: opts.Log}
+	d := &dest{conn: conn, v: v, log: opts.Log, nextStream: opts.NextStream, maxStreams: opts.Streams}
+	if d.maxStreams == 0 {
+		d.maxStreams = stream.MaxShards
+	}
 	if !opts.NoVerdict {
 		w, ok := conn.(io.Writer)
 		if !ok {
@@ -96,6 +102,12 @@ type dest struct {
 	v       *vgpu.VGPU
 	log     zerolog.Logger
 
+	nextStream func(context.Context) (io.Reader, error) // Options.NextStream
+	maxStreams int
+	cancel     context.CancelCauseFunc // ends receive's ctx (an extra stream failed)
+	shards     *shardsIn               // the stop phase's extra streams, once started
+	stopMeta   *meta                   // a stop Meta whose extra streams are to start
+
 	rep Report
 
 	stopAt                  time.Time // when the stop Meta arrived
@@ -106,7 +118,24 @@ type dest struct {
 }
 
 // receive reads the stream and restores the vGPU into d.v.
-func (d *dest) receive(ctx context.Context) error {
+func (d *dest) receive(ctx context.Context) (err error) {
+	outer := ctx
+	ctx, d.cancel = context.WithCancelCause(ctx)
+	// An extra stream's failure cuts the main stream's read short; the
+	// connection stays writable for the refusal (run).
+	stop := watchReads(ctx, d.conn)
+	defer func() {
+		stop()
+		d.cancel(nil)
+		// Nothing writes the vGPU once we return.
+		if werr := d.waitShards(); err == nil {
+			err = werr
+		}
+		// An extra stream's failure is why the main one was cut.
+		if serr := d.shards.failed(); serr != nil && outer.Err() == nil {
+			err = serr
+		}
+	}()
 	r, err := stream.NewReader(d.conn, stream.Limits{MaxBlob: maxStateBlob})
 	if err != nil {
 		return fmt.Errorf("precopy: %w", err)
@@ -133,6 +162,15 @@ func (d *dest) receive(ctx context.Context) error {
 		if err := d.section(sec, r.Stats()); err != nil {
 			return err
 		}
+		if m := d.stopMeta; m != nil {
+			d.stopMeta = nil
+			if err := d.startShards(ctx, r, *m); err != nil {
+				return err
+			}
+		}
+	}
+	if err := d.waitShards(); err != nil {
+		return err
 	}
 	if d.state == nil || !d.sawDevLog || !d.sawFrontEnd {
 		return errors.New("precopy: stream ended without DeviceState, APILog and FrontEnd")
@@ -143,6 +181,12 @@ func (d *dest) receive(ctx context.Context) error {
 	if d.stopped {
 		st := r.Stats()
 		d.rep.Stop.Bytes = st.Bytes - d.rep.Precopy.Bytes
+		if d.shards != nil {
+			d.rep.Stop.Bytes += d.shards.bytes.Load()
+		}
+	}
+	if s := d.summary; s != nil && s.Stop.DirtyPages != d.rep.Stop.DirtyPages {
+		return fmt.Errorf("precopy: the source sent %d pages in the stop phase, %d arrived", s.Stop.DirtyPages, d.rep.Stop.DirtyPages)
 	}
 	if err := d.restore(); err != nil {
 		return err
@@ -209,6 +253,7 @@ func (d *dest) section(sec stream.Section, st stream.Stats) error {
 		case m.Phase == phaseStop && !d.stopped:
 			d.stopped, d.stopAt = true, time.Now()
 			d.rep.Precopy.Bytes = st.Bytes
+			d.stopMeta = &m
 		case m.Phase == phaseSummary && m.Report != nil && d.summary == nil:
 			d.summary = m.Report
 		default:
@@ -248,7 +293,7 @@ func (d *dest) merge() {
 	}
 	d.rep.Precopy.Duration, d.rep.Precopy.Rounds, d.rep.Precopy.Background = s.Precopy.Duration, s.Precopy.Rounds, s.Precopy.Background
 	d.rep.Stop.Quiesce, d.rep.Stop.Scan, d.rep.Stop.Transfer = s.Stop.Quiesce, s.Stop.Scan, s.Stop.Transfer
-	d.rep.Stop.BySource, d.rep.Stop.PagesHashed = s.Stop.BySource, s.Stop.PagesHashed
+	d.rep.Stop.BySource, d.rep.Stop.PagesHashed, d.rep.Stop.Streams = s.Stop.BySource, s.Stop.PagesHashed, s.Stop.Streams
 	d.rep.HashRate, d.rep.APILog = s.HashRate, s.APILog
 }
 

@@ -53,7 +53,8 @@ type StopReport struct {
 	DirtyPages  int                   // pages sent at the stop
 	BySource    [dirty.NumSources]int // why each was dirty (stop-and-copy: all Unrecorded)
 	PagesHashed int                   // pages the final scan hashed in full
-	Bytes       uint64                // stream bytes sent in the stop phase
+	Bytes       uint64                // stream bytes sent in the stop phase, on every stream
+	Streams     int                   // streams the stop phase's pages went on (shards.go)
 	// GuestRAMPages is how many guest pages the device wrote during the
 	// migration, sent at the stop for the destination to write into the
 	// VM's RAM (the VMM's own migration does not see device writes).
@@ -79,8 +80,8 @@ func (r Report) String() string {
 	}
 	fmt.Fprintf(&b, "\nstop       %s ms: quiesce %s, scan %s, transfer %s, restore %s, replay %s, other %s\n",
 		ms(s.Total), ms(s.Quiesce), ms(s.Scan), ms(s.Transfer), ms(s.Restore), ms(s.Replay), ms(s.Other()))
-	fmt.Fprintf(&b, "dirty      %d pages (%s), %d hashed, %s sent; %d guest RAM page(s) the device wrote\n",
-		s.DirtyPages, dirty.DescribeBySource(s.BySource), s.PagesHashed, mib(s.Bytes), s.GuestRAMPages)
+	fmt.Fprintf(&b, "dirty      %d pages (%s), %d hashed, %s sent on %d stream(s); %d guest RAM page(s) the device wrote\n",
+		s.DirtyPages, dirty.DescribeBySource(s.BySource), s.PagesHashed, mib(s.Bytes), max(1, s.Streams), s.GuestRAMPages)
 	fmt.Fprintf(&b, "hash rate  %.2f GB/s\n", r.HashRate/1e9)
 	a := r.APILog
 	fmt.Fprintf(&b, "api log    %d entries (%d B) raw, %d entries (%d B) compacted\n",

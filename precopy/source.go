@@ -58,8 +58,12 @@ type Source struct {
 	verdict chan verdictResult    // the verdict reader's one result
 	peerErr atomic.Pointer[error] // set by the verdict reader on a refusal or a read error
 
-	sentPages, sentBytes atomic.Uint64 // page records and stream bytes written so far (Sent)
-	lastScan             time.Time     // the last live scan's start, or the first pass's end (round.go)
+	sentPages, sentBytes   atomic.Uint64 // page records and stream bytes written so far on the main stream (Sent)
+	shardPages, shardBytes atomic.Uint64 // the same on the extra streams (shards.go)
+
+	shards   []*shardOut // AddStreams'; set once, under mu
+	token    uint64      // names this migration's streams (stream.Shard)
+	lastScan time.Time   // the last live scan's start, or the first pass's end (round.go)
 
 	mu        sync.Mutex // guards the fields below
 	state     srcState
@@ -152,7 +156,7 @@ func (s *Source) readVerdict() {
 	}
 	if err != nil {
 		s.peerErr.Store(&err)
-		interruptWrites(s.conn)
+		s.eachConn(interruptWrites)
 	}
 	s.verdict <- verdictResult{m, err}
 }
@@ -160,12 +164,15 @@ func (s *Source) readVerdict() {
 // Sent reports what the Source has written so far: page records (zero
 // pages included) and stream bytes. It may be called from any goroutine,
 // while Precopy or Stop runs, to show progress.
-func (s *Source) Sent() (pages, bytes uint64) { return s.sentPages.Load(), s.sentBytes.Load() }
+func (s *Source) Sent() (pages, bytes uint64) {
+	return s.sentPages.Load() + s.shardPages.Load(), s.sentBytes.Load() + s.shardBytes.Load()
+}
 
 // Pages is the number of pages of the vGPU's memory.
 func (s *Source) Pages() int { return s.tr.Pages() }
 
-// noteSent publishes the writer's running totals for Sent.
+// noteSent publishes the main writer's running totals for Sent; only the
+// goroutine writing on it calls it.
 func (s *Source) noteSent() {
 	st := s.w.Stats()
 	s.sentPages.Store(st.Pages)
@@ -261,8 +268,10 @@ func (s *Source) rollback(resume bool) {
 		s.v.Resume()
 	}
 	s.quiesced = false
-	interruptReads(s.conn)
-	closeWrite(s.conn)
+	s.eachConnLocked(func(c any) {
+		interruptReads(c)
+		closeWrite(c)
+	})
 	s.log.Warn().Str("from", from.String()).Bool("resumed", resumed).Msg("migration rolled back; source vGPU runs on")
 }
 

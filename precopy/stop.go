@@ -15,8 +15,8 @@ import (
 // final dirty scan (stop-and-copy: every page) and sends the dirty pages
 // straight from the frozen memory — pipelined: the pages of each scanned
 // chunk go out while the workers scan the next, with the hashes the scan
-// computed (scanAndSend; Options.SerialStop scans everything first) —
-// then DeviceState (vgpu.State without
+// computed (scanAndSend; Options.SerialStop scans everything first), on
+// every stream AddStreams gave it — then, on the main stream, DeviceState (vgpu.State without
 // what the API log carries), APILog (kernel objects, fence, interrupt
 // state), FrontEnd (the guest's config writes), a summary Meta and End,
 // and waits for the destination's verdict (not with NoVerdict: the
@@ -27,7 +27,7 @@ func (s *Source) Stop(ctx context.Context) (Report, error) {
 	if err := s.enter("Stop", false); err != nil {
 		return Report{}, err
 	}
-	stop := watch(ctx, s.conn)
+	stop := s.watchAll(ctx)
 	defer stop()
 	s.mu.Lock()
 	rep := s.report
@@ -54,7 +54,12 @@ func (s *Source) Stop(ctx context.Context) (Report, error) {
 func (s *Source) stop(ctx context.Context, rep *Report) error {
 	t0 := time.Now()
 	before := s.w.Stats()
-	if err := writeMeta(s.w, meta{Phase: phaseStop}); err != nil {
+	rep.Stop.Streams = s.streams()
+	stopMeta := meta{Phase: phaseStop}
+	if s.streams() > 1 {
+		stopMeta.Streams, stopMeta.ShardToken = s.streams(), s.token
+	}
+	if err := writeMeta(s.w, stopMeta); err != nil {
 		return err
 	}
 
@@ -84,10 +89,9 @@ func (s *Source) stop(ctx context.Context, rep *Report) error {
 		}
 		rep.Stop.Scan = time.Since(t)
 		t = time.Now()
-		if _, err := s.w.WritePages(dirtyPages, s.mem, nil); err != nil {
+		if err := s.sendPages(dirtyPages); err != nil {
 			return err
 		}
-		s.noteSent()
 	}
 	n, err := s.sendGuestRAM()
 	if err != nil {
@@ -98,7 +102,7 @@ func (s *Source) stop(ctx context.Context, rep *Report) error {
 		return err
 	}
 	rep.Stop.Transfer = time.Since(t)
-	rep.Stop.Bytes = s.w.Stats().Bytes - before.Bytes
+	rep.Stop.Bytes = s.w.Stats().Bytes - before.Bytes + s.shardBytes.Load()
 	if err := writeMeta(s.w, meta{Phase: phaseSummary, Report: rep}); err != nil {
 		return err
 	}
@@ -106,7 +110,7 @@ func (s *Source) stop(ctx context.Context, rep *Report) error {
 		return err
 	}
 	rep.Stop.Transfer = time.Since(t)
-	rep.Stop.Bytes = s.w.Stats().Bytes - before.Bytes
+	rep.Stop.Bytes = s.w.Stats().Bytes - before.Bytes + s.shardBytes.Load()
 	if s.opts.NoVerdict {
 		rep.Stop.Total = time.Since(t0)
 		return nil
@@ -173,19 +177,30 @@ const PipelineMinWorkers = 4
 
 // scanAndSend is the pipelined final scan: the tracker's workers scan the
 // frozen memory chunk by chunk (dirty.ScanFrozenStream), hashing every
-// dirty page, while this goroutine sends the dirty pages of each chunk
-// straight from memory with those hashes (no copy, no hash on the send
-// path). Stop-and-copy takes the same path: nothing was recorded, so
+// dirty page, while this goroutine (or, with extra streams, one sender per
+// stream: spread) sends the dirty pages of each chunk straight from
+// memory with those hashes (no copy, no hash on the send path). Stop-and-copy takes the same path: nothing was recorded, so
 // every page is dirty (Unrecorded) and hashed by the workers. It returns
 // when the last chunk was scanned: the downtime's scan term ends there,
 // its transfer term is what was left to send after it.
 func (s *Source) scanAndSend(ctx context.Context, rep *Report) (scanned time.Time, err error) {
 	start := time.Now()
-	res, err := s.tr.ScanFrozenStream(ctx, 0, func(c dirty.ScanChunk) error {
-		_, err := s.w.WritePages(c.Dirty, s.mem, c.Hashes)
-		s.noteSent()
+	var res dirty.ScanResult
+	scan := func(send func(idx []uint32, hashes []uint64) error) (err error) {
+		res, err = s.tr.ScanFrozenStream(ctx, 0, func(c dirty.ScanChunk) error {
+			return send(c.Dirty, c.Hashes)
+		})
 		return err
-	})
+	}
+	if s.streams() > 1 {
+		err = s.spread(true, scan) // the chunk's slices are reused
+	} else {
+		err = scan(func(idx []uint32, hashes []uint64) error {
+			_, err := s.w.WritePages(idx, s.mem, hashes)
+			s.noteSent()
+			return err
+		})
+	}
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -203,6 +218,17 @@ func (s *Source) scanAndSend(ctx context.Context, rep *Report) (scanned time.Tim
 		rep.HashRate = float64(res.BytesHashed) / secs
 	}
 	return start.Add(res.Duration), nil
+}
+
+// sendPages sends the dirty pages the serial final scan found, on every
+// stream (each stream's writer copies and hashes its own).
+func (s *Source) sendPages(idx []uint32) error {
+	if s.streams() > 1 {
+		return s.spread(false, func(send func([]uint32, []uint64) error) error { return send(idx, nil) })
+	}
+	_, err := s.w.WritePages(idx, s.mem, nil)
+	s.noteSent()
+	return err
 }
 
 // sendState sends the device state, the API log and the front end's

@@ -44,6 +44,12 @@ type meta struct {
 	Strategy      Strategy   `json:"strategy,omitempty"`
 	StateEncoding string     `json:"state_encoding,omitempty"`
 
+	// stop: with the stop phase spread over several streams, how many
+	// (the main one included) and the token their ShardHeaders carry
+	// (shards.go).
+	Streams    int    `json:"streams,omitempty"`
+	ShardToken uint64 `json:"shard_token,omitempty"`
+
 	// summary: the source's report so far; verdict: the destination's.
 	Report *Report `json:"report,omitempty"`
 

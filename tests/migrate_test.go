@@ -269,7 +269,7 @@ func checkMigrated(t *testing.T, rep orchestrator.Report, from, to *cluster.Daem
 // daemons with `gmigd migrate`'s API, A→B in the middle of the guest's
 // self-checking workload and back B→A, on each machine type; the guest's
 // interrupts keep working on both hosts and its checks and final digest
-// pass.
+// pass. The way back puts the vGPU's stop phase on 3 streams.
 func TestMigrateQEMU(t *testing.T) {
 	e := needEnv(t)
 	// Under INTx QEMU traps the aperture while an interrupt is pending
@@ -312,11 +312,14 @@ func migrateBackAndForth(t *testing.T, e env, machine, irq string, steps, fps in
 	at = waitStep(ctx, t, conB, at+1)
 	at = waitStep(ctx, t, conB, at+steps/10)
 	t.Logf("B→A at step %d", at)
-	rep, err = b.Client.Migrate(ctx, "vm", hostd.MigrateRequest{To: a.Addr, Strategy: "iterative"}, nil)
+	rep, err = b.Client.Migrate(ctx, "vm", hostd.MigrateRequest{To: a.Addr, Strategy: "iterative", Streams: 3}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkMigrated(t, rep, b, a, "vm")
+	if n := rep.Precopy.Stop.Streams; n != 3 {
+		t.Errorf("B→A stop phase on %d streams, want 3", n)
+	}
 	conA2 := cluster.Follow(a.Console("vm"))
 	defer conA2.Close()
 	got := waitEnd(ctx, t, conA2)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -52,6 +51,7 @@ type benchConfig struct {
 	runs          int
 	bgRate        int
 	workers       int
+	streams       int // the vGPU stop phase's streams (0: precopy.DefaultStreams)
 
 	overhead        time.Duration // tracking overhead measurement (0: none)
 	overheadProfile guest.WorkloadConfig
@@ -112,6 +112,8 @@ func cmdBench(args []string) error {
 	fs.IntVar(&c.runs, "runs", 1, "runs per strategy and case")
 	fs.IntVar(&c.bgRate, "background-rate", 0, "oneshot: background re-hash budget in pages/s between pre-copy and stop")
 	fs.IntVar(&c.workers, "workers", 0, "hashing workers (default GOMAXPROCS)")
+	fs.IntVar(&c.streams, "streams", 0, fmt.Sprintf("in-process: the vGPU stop phase's streams, 1 … %d (0: %d here); each run prints its GB/s beside the loopback of as many streams",
+		precopy.MaxDefaultStreams, precopy.DefaultStreams()))
 	fs.DurationVar(&c.overhead, "overhead", 0, "measure dirty tracking's steady-state cost for this long (0: skip), alternating off and on")
 	ovProfile := fs.String("overhead-profile", "render:fps=0", "the overhead measurement's workload (unpaced: throughput)")
 	ovMem := cmdline.ByteSize(256 << 20)
@@ -154,8 +156,8 @@ func cmdBench(args []string) error {
 	if c.strategies, err = parseStrategies(*strategies); err != nil {
 		return err
 	}
-	if c.steps < 4 || c.runs < 1 || c.fill < 0 || c.fill > 1 || c.fps < 0 {
-		return errors.New("want -steps ≥ 4, -runs ≥ 1, -fill in [0, 1] and -fps ≥ 0")
+	if c.steps < 4 || c.runs < 1 || c.fill < 0 || c.fill > 1 || c.fps < 0 || c.streams < 0 || c.streams > precopy.MaxDefaultStreams {
+		return fmt.Errorf("want -steps ≥ 4, -runs ≥ 1, -fill in [0, 1], -fps ≥ 0 and -streams in [0, %d]", precopy.MaxDefaultStreams)
 	}
 	if c.outDir != "" {
 		if err := os.MkdirAll(c.outDir, 0o755); err != nil {

@@ -173,7 +173,7 @@ func (c *benchConfig) migrateInProc(ctx context.Context, bc benchCase, v benchVa
 	var atLive guest.WorkloadStats
 	var liveEnd time.Time
 	rep, err := p.Migrate(ctx, 0, "bench", hostd.MigrateOptions{
-		Precopy: precopy.Options{Strategy: v.Strategy, BackgroundRate: c.bgRate, Workers: c.workers, SerialStop: v.Serial},
+		Precopy: precopy.Options{Strategy: v.Strategy, BackgroundRate: c.bgRate, Workers: c.workers, SerialStop: v.Serial, Streams: c.streams},
 		Progress: func(pr orchestrator.Progress) {
 			switch pr.Phase {
 			case orchestrator.PhaseVGPULive:

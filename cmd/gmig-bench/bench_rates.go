@@ -1,15 +1,16 @@
 package main
 
 import (
-	"fmt"
+	"context"
 	"math/rand/v2"
-	"net"
 	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/gmig-dev/gmig/dirty"
+	"github.com/gmig-dev/gmig/orchestrator"
+	"github.com/gmig-dev/gmig/precopy"
 )
 
 // machineRates are this machine's rates for what a stop phase does, in
@@ -24,8 +25,13 @@ type machineRates struct {
 	// (dirty.MeasureHashRate): the path of a scan while the VM runs.
 	HashCopy float64 `json:"hash_copy_Bps"`
 	// Link is one TCP stream over loopback, writer and reader in this
-	// process (as the in-process migration's).
-	Link float64 `json:"link_Bps"`
+	// process (as the in-process migration's); Links[n-1] is n streams
+	// at once (orchestrator.MeasureLimitRates).
+	Link  float64   `json:"link_Bps"`
+	Links []float64 `json:"links_Bps"`
+	// Read is reading memory on Workers goroutines: the limit's rate for
+	// what the final scan must read.
+	Read float64 `json:"read_Bps"`
 	// Memcpy is one goroutine copying memory (the destination writes
 	// each page once).
 	Memcpy float64 `json:"memcpy_Bps"`
@@ -34,7 +40,7 @@ type machineRates struct {
 	At    time.Time `json:"at"`
 }
 
-// rateBuf is the memory the rates are measured over: 64 MiB, beyond
+// rateBuf is the memory the hash rates are measured over: 64 MiB, beyond
 // caches.
 const rateBuf = 64 << 20
 
@@ -45,9 +51,8 @@ func measureRates(workers int) (machineRates, error) {
 	fillRandom(mem)
 	r.Scan = dirty.MeasureScanRate(mem, workers)
 	r.HashCopy = dirty.MeasureHashRate(mem, workers)
-	r.Memcpy = measureMemcpy(mem)
-	var err error
-	r.Link, err = measureLink(mem[:1<<20], 256<<20)
+	lr, err := orchestrator.MeasureLimitRates(context.Background(), orchestrator.TCP{}, workers, precopy.MaxDefaultStreams)
+	r.Read, r.Memcpy, r.Links, r.Link = lr.Read, lr.Memcpy, lr.Link, lr.LinkRate(1)
 	return r, err
 }
 
@@ -61,67 +66,6 @@ func fillRandom(b []byte) {
 	}
 }
 
-// measureMemcpy copies src into another buffer of its size for at least
-// 100 ms and returns bytes copied per second.
-func measureMemcpy(src []byte) float64 {
-	dst := make([]byte, len(src))
-	copy(dst, src) // fault it in
-	start := time.Now()
-	var n float64
-	for n == 0 || time.Since(start) < 100*time.Millisecond {
-		copy(dst, src)
-		n += float64(len(src))
-	}
-	return n / time.Since(start).Seconds()
-}
-
-// measureLink sends total bytes over one loopback TCP connection in
-// writes of len(chunk) and returns bytes per second, from the first write
-// to the reader having read the last byte.
-func measureLink(chunk []byte, total int) (float64, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	got := make(chan error, 1)
-	go func() {
-		c, err := l.Accept()
-		if err != nil {
-			got <- err
-			return
-		}
-		defer c.Close()
-		// Read into one buffer of the writer's size (io.Discard's own
-		// ReadFrom would read 8 KiB at a time and measure its syscalls).
-		buf := make([]byte, len(chunk))
-		for left := total; left > 0; {
-			n, err := c.Read(buf[:min(len(buf), left)])
-			if err != nil {
-				got <- err
-				return
-			}
-			left -= n
-		}
-		got <- nil
-	}()
-	c, err := net.Dial("tcp", l.Addr().String())
-	if err != nil {
-		return 0, err
-	}
-	defer c.Close()
-	start := time.Now()
-	for sent := 0; sent < total; sent += len(chunk) {
-		if _, err := c.Write(chunk); err != nil {
-			return 0, fmt.Errorf("loopback rate: %w", err)
-		}
-	}
-	if err := <-got; err != nil {
-		return 0, fmt.Errorf("loopback rate: %w", err)
-	}
-	return float64(total) / time.Since(start).Seconds(), nil
-}
-
 // loadAvg is the 1-minute load average (0 if unknown).
 func loadAvg() float64 {
 	b, err := os.ReadFile("/proc/loadavg")
@@ -133,13 +77,14 @@ func loadAvg() float64 {
 }
 
 // limitEstimate is the physical limit of a vGPU stop phase on this
-// machine: hashing the pages the final scan must hash at the in-place
-// scan rate, the stop phase's bytes over the measured link, and the same
-// bytes written into the destination at memcpy speed, one after the
-// other. It covers the vGPU's stop phase only (quiesce, scan, transfer,
-// restore, replay and the stream's tail: docs/benchmarks.md), not the
-// VMM's pause, switchover and load, the commit, the PCI front end's
-// restore or the resume. A stop phase that overlaps its parts can beat it.
+// machine (orchestrator.StopLimit): reading the pages the final scan must
+// hash at the memory read rate, the stop phase's bytes over the measured
+// loopback link of its streams, and the same bytes written into the
+// destination at memcpy speed, one after the other. It covers the vGPU's
+// stop phase only (quiesce, scan, transfer, restore, replay and the
+// stream's tail: docs/benchmarks.md), not the VMM's pause, switchover and
+// load, the commit, the PCI front end's restore or the resume. A stop
+// phase that overlaps its parts can beat it.
 type limitEstimate struct {
 	Hash    time.Duration `json:"hash_ns"`
 	Link    time.Duration `json:"link_ns"`
@@ -150,17 +95,19 @@ type limitEstimate struct {
 func (l limitEstimate) Total() time.Duration { return l.Hash + l.Link + l.Restore }
 
 // estimateLimit computes the limit for pagesHashed pages hashed and
-// stopBytes stream bytes sent in the stop phase.
-func estimateLimit(r machineRates, pagesHashed int, stopBytes uint64) limitEstimate {
-	at := func(bytes float64, rate float64) time.Duration {
-		if rate <= 0 || bytes <= 0 {
-			return 0
-		}
-		return time.Duration(bytes / rate * float64(time.Second))
+// stopBytes stream bytes sent in the stop phase on streams streams.
+func estimateLimit(r machineRates, pagesHashed int, stopBytes uint64, streams int) limitEstimate {
+	links := r.Links
+	if len(links) == 0 && r.Link > 0 {
+		links = []float64{r.Link}
 	}
-	return limitEstimate{
-		Hash:    at(float64(pagesHashed)*dirty.PageSize, r.Scan),
-		Link:    at(float64(stopBytes), r.Link),
-		Restore: at(float64(stopBytes), r.Memcpy),
-	}
+	l := orchestrator.LimitRates{Read: r.Read, Memcpy: r.Memcpy, Link: links}.
+		Limit(uint64(pagesHashed)*dirty.PageSize, stopBytes, streams)
+	return limitEstimate{Hash: l.Scan, Link: l.Link, Restore: l.Restore}
+}
+
+// estimateLinkGBps is the measured loopback rate of streams streams, in
+// GB/s.
+func (r machineRates) estimateLinkGBps(streams int) float64 {
+	return orchestrator.LimitRates{Link: r.Links}.LinkRate(streams) / 1e9
 }

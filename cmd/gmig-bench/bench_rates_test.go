@@ -3,21 +3,26 @@ package main
 import (
 	"testing"
 	"time"
+
+	"github.com/gmig-dev/gmig/precopy"
 )
 
-// TestEstimateLimit checks the limit's arithmetic: hash time for the pages
-// hashed at the scan rate, the stop phase's bytes over the link, the same
-// bytes at memcpy speed.
+// TestEstimateLimit checks the limit's arithmetic: read time for the pages
+// hashed at the memory read rate, the stop phase's bytes over the link of
+// its streams, the same bytes at memcpy speed.
 func TestEstimateLimit(t *testing.T) {
-	r := machineRates{Scan: 4 << 30, Link: 1 << 30, Memcpy: 8 << 30}
-	l := estimateLimit(r, 262144, 512<<20) // 1 GiB hashed, 512 MiB sent
+	r := machineRates{Read: 4 << 30, Link: 1 << 30, Links: []float64{1 << 30, 2 << 30}, Memcpy: 8 << 30}
+	l := estimateLimit(r, 262144, 512<<20, 1) // 1 GiB hashed, 512 MiB sent on one stream
 	if l.Hash != 250*time.Millisecond || l.Link != 500*time.Millisecond || l.Restore != 62500*time.Microsecond {
 		t.Fatalf("limit %+v", l)
 	}
 	if l.Total() != 812500*time.Microsecond {
 		t.Fatalf("total %v", l.Total())
 	}
-	if z := estimateLimit(machineRates{}, 10, 10); z.Total() != 0 {
+	if l2 := estimateLimit(r, 262144, 512<<20, 2); l2.Link != 250*time.Millisecond {
+		t.Fatalf("on 2 streams the link term is %v", l2.Link)
+	}
+	if z := estimateLimit(machineRates{}, 10, 10, 1); z.Total() != 0 {
 		t.Fatalf("unmeasured rates give %v", z.Total())
 	}
 	res := benchResult{Rates: r, Case: benchCase{Mem: 1 << 30}}
@@ -37,7 +42,7 @@ func TestMeasureRates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Scan <= 0 || r.HashCopy <= 0 || r.Link <= 0 || r.Memcpy <= 0 {
+	if r.Scan <= 0 || r.HashCopy <= 0 || r.Link <= 0 || r.Memcpy <= 0 || r.Read <= 0 || len(r.Links) != precopy.MaxDefaultStreams {
 		t.Fatalf("rates %+v", r)
 	}
 	t.Logf("scan %.2f GB/s, hash+copy %.2f, link %.2f, memcpy %.2f", r.Scan/1e9, r.HashCopy/1e9, r.Link/1e9, r.Memcpy/1e9)

@@ -114,7 +114,7 @@ func (r *benchResult) finish() {
 	}
 	r.TotalBytes = p.Bytes + s.Bytes
 	r.VGPULiveMS, r.VMMLiveMS, r.MigrationMS = ms(rep.VGPULive), ms(rep.VMMLive), ms(rep.Total)
-	r.Limit = estimateLimit(r.Rates, s.PagesHashed, s.Bytes)
+	r.Limit = estimateLimit(r.Rates, s.PagesHashed, s.Bytes, s.Streams)
 	r.LimitMS = ms(r.Limit.Total())
 	if r.LimitMS > 0 {
 		r.StopVsLimit, r.DowntimeLimit = r.StopPhaseMS/r.LimitMS, r.DowntimeMS/r.LimitMS
@@ -136,6 +136,12 @@ func (r benchResult) summary() string {
 	s := fmt.Sprintf("pre-copy %.0f ms (%.1f MiB); downtime %.2f ms, guest gap %.2f ms; stop phase %.2f ms = %.2fx its limit %.2f ms; %d pages (%.1f MiB) in the downtime; dirty rate %.1f of %.1f MiB/s",
 		r.PrecopyMS, mibs(r.PrecopyBytes), r.DowntimeMS, r.GuestGapMS, r.StopPhaseMS, r.StopVsLimit, r.LimitMS,
 		r.StopPages, mibs(r.StopBytes), r.RateAchieved, r.RateAsked)
+	if st := r.Report.Precopy.Stop; st.Transfer > 0 {
+		// The vGPU stream's rate against the loopback limit of its
+		// streams.
+		s += fmt.Sprintf("; stop phase on %d stream(s): %.2f GB/s against %.2f GB/s loopback",
+			max(1, st.Streams), float64(st.Bytes)/(st.Scan+st.Transfer).Seconds()/1e9, r.Rates.estimateLinkGBps(st.Streams))
+	}
 	if r.HeldEarlyMS > 0 {
 		s += fmt.Sprintf("; HELD %.0f ms before the live phase ended", r.HeldEarlyMS)
 	}

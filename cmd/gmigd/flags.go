@@ -11,6 +11,7 @@ import (
 
 	"github.com/gmig-dev/gmig/internal/cmdline"
 	"github.com/gmig-dev/gmig/orchestrator"
+	"github.com/gmig-dev/gmig/precopy/stream"
 )
 
 // byteSize and newLogger are the commands' shared ones (internal/cmdline).
@@ -161,4 +162,18 @@ func parseN(fs *flag.FlagSet, args []string, want ...string) ([]string, error) {
 func isBoolFlag(f *flag.Flag) bool {
 	b, ok := f.Value.(interface{ IsBoolFlag() bool })
 	return ok && b.IsBoolFlag()
+}
+
+// streamsFlag registers -streams, the vGPU stop phase's stream count, on
+// fs; what it means on each command, and what 0 means, is in usage.
+// checkStreams refuses a value out of range.
+func streamsFlag(fs *flag.FlagSet, usage string) *int {
+	return fs.Int("streams", 0, fmt.Sprintf("%s; at most %d", usage, stream.MaxShards))
+}
+
+func checkStreams(n int) error {
+	if n < 0 || n > stream.MaxShards {
+		return fmt.Errorf("-streams %d: want 1 … %d, or 0 for the default", n, stream.MaxShards)
+	}
+	return nil
 }

@@ -45,3 +45,18 @@ func TestMigrationTimeoutFlags(t *testing.T) {
 		t.Fatalf("gmigd serve -decision-timeout 0s: %v", err)
 	}
 }
+
+// TestStreamsFlag: serve and migrate refuse a -streams out of range before
+// anything starts or is asked.
+func TestStreamsFlag(t *testing.T) {
+	for _, n := range []string{"-1", "65"} {
+		err := cmdServe([]string{"-run-dir", t.TempDir(), "-streams", n})
+		if err == nil || !strings.Contains(err.Error(), "-streams "+n) {
+			t.Errorf("gmigd serve -streams %s: %v", n, err)
+		}
+		err = cmdMigrate([]string{"vm", "-run-dir", t.TempDir(), "-to", "127.0.0.1:1", "-streams", n})
+		if err == nil || !strings.Contains(err.Error(), "-streams "+n) {
+			t.Errorf("gmigd migrate -streams %s: %v", n, err)
+		}
+	}
+}

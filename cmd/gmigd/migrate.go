@@ -64,6 +64,7 @@ func cmdMigrate(args []string) error {
 	maxDowntime := fs.Duration("max-downtime", 0, "bound on the estimated pause → resume: pre-copy more, or roll back, rather than exceed it (0: none)")
 	dryRun := fs.Bool("dry-run", false, "check the destination and print the estimate; move nothing")
 	jsonOut := fs.Bool("json", false, "progress and the report as JSON lines")
+	streams := streamsFlag(fs, "the vGPU stop phase's streams, at most what the destination takes (0: the source daemon's -streams)")
 	var lv libvirtSource
 	lv.register(fs)
 	pos, err := parseN(fs, args, "VM")
@@ -90,13 +91,16 @@ func cmdMigrate(args []string) error {
 	if err := lv.before(runDir, name); err != nil {
 		return err
 	}
+	if err := checkStreams(*streams); err != nil {
+		return badUsage(fs, "%v", err)
+	}
 	// Ctrl-C leaves the migration to the daemon, which resolves it (roll
 	// back or commit) whatever happens to this command.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	req := hostd.MigrateRequest{
 		To: *to, Strategy: *strategy, BackgroundRate: *bgRate, MaxBandwidthMB: *maxBW, DowntimeMS: downtime.Milliseconds(),
-		Bandwidth: uint64(bandwidth), MaxDowntimeMS: maxDowntime.Milliseconds(),
+		Bandwidth: uint64(bandwidth), MaxDowntimeMS: maxDowntime.Milliseconds(), Streams: *streams,
 	}
 	if *dryRun {
 		return dryRunMigrate(ctx, runDir, name, req, *jsonOut)

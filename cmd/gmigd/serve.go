@@ -18,6 +18,7 @@ import (
 	"github.com/gmig-dev/gmig/internal/cmdline"
 	"github.com/gmig-dev/gmig/internal/sdnotify"
 	"github.com/gmig-dev/gmig/internal/vgpu"
+	"github.com/gmig-dev/gmig/precopy"
 )
 
 // vgpuSpecs collects repeated --vgpu NAME[:SIZE] flags.
@@ -68,6 +69,7 @@ func cmdServe(args []string) error {
 	mig.register(fs)
 	var tos migrationTimeouts
 	tos.register(fs)
+	streams := streamsFlag(fs, fmt.Sprintf("the vGPU stop phase's streams: outgoing migrations open this many connections, incoming ones take at most this many (0: %d out here, half the cores, at most %d; %[2]d in)", precopy.DefaultStreams(), precopy.MaxDefaultStreams))
 	config := registerConfig(fs)
 	if _, err := parseN(fs, args); err != nil {
 		return err
@@ -82,6 +84,9 @@ func cmdServe(args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := checkStreams(*streams); err != nil {
+		return err
+	}
 	log, err := newLogger(*logLevel)
 	if err != nil {
 		return err
@@ -90,7 +95,7 @@ func cmdServe(args []string) error {
 	if err != nil {
 		return err
 	}
-	h, err := hostd.New(hostd.Config{PoolSize: uint64(poolSize), RunDir: *runDir, Log: log, QEMURoot: qemu.Root(*qemuRoot), Transport: transport, Timeouts: timeouts})
+	h, err := hostd.New(hostd.Config{PoolSize: uint64(poolSize), RunDir: *runDir, Log: log, QEMURoot: qemu.Root(*qemuRoot), Transport: transport, Timeouts: timeouts, Streams: *streams})
 	if err != nil {
 		return err
 	}

@@ -11,7 +11,10 @@
 // PageBatch section carries graphics pages, each with its xxhash64 so the
 // destination verifies every page it stores; all-zero pages travel as a
 // 16-byte record without data. DeviceState, APILog, FrontEnd and Meta
-// sections carry opaque blobs that the caller encodes.
+// sections carry opaque blobs that the caller encodes. A ShardHeader opens
+// a shard stream, which carries a share of another stream's stop-phase
+// pages (version 3); readers of one phase's streams can share a claim over
+// its pages (SetClaim) so that none arrives twice.
 //
 // Writer produces a stream and Reader consumes one. A Reader is built with
 // Limits and refuses anything beyond them before allocating for it, so a

@@ -16,10 +16,14 @@ import (
 const (
 	// Magic opens every stream.
 	Magic = "GMIGSTRM"
-	// Version is the format version this package writes and the only one
-	// it reads. A changed format gets a new number; see §6. Version 2
-	// added GuestRAM sections.
-	Version = 2
+	// Version is the format version this package writes. A changed
+	// format gets a new number; see §6. Version 3 added ShardHeader sections
+	// (the stop phase spread over several streams).
+	Version = 3
+	// Version2 is the previous version, which this package still reads:
+	// version 3 without ShardHeader sections. Version 2 added GuestRAM
+	// sections.
+	Version2 = 2
 	// HeaderSize is the stream header's size: magic, u16 version, u16
 	// flags (0), u32 reserved (0).
 	HeaderSize = 16
@@ -80,6 +84,7 @@ const (
 	FrontEnd    SectionType = 0x04 // the guest's PCI config writes, for the front end
 	Meta        SectionType = 0x05 // free-form metadata (names, sizes, timings)
 	GuestRAM    SectionType = 0x06 // guest RAM the device wrote, §3.1
+	ShardHeader SectionType = 0x07 // opens a shard stream, §3.3 (version 3)
 	End         SectionType = 0xff // last section; empty payload
 )
 
@@ -97,6 +102,8 @@ func (t SectionType) String() string {
 		return "Meta"
 	case GuestRAM:
 		return "GuestRAM"
+	case ShardHeader:
+		return "ShardHeader"
 	case End:
 		return "End"
 	}
@@ -112,7 +119,9 @@ func (t SectionType) IsBlob() bool {
 	return false
 }
 
-func (t SectionType) known() bool { return t == PageBatch || t == End || t.IsBlob() }
+func (t SectionType) known() bool {
+	return t == PageBatch || t == End || t == ShardHeader || t.IsBlob()
+}
 
 // Errors a Reader or Writer returns, wrapped with where they happened.
 // A truncated stream wraps io.ErrUnexpectedEOF instead.
@@ -129,6 +138,7 @@ var (
 	ErrDuplicate    = errors.New("stream: duplicate section")
 	ErrTrailingData = errors.New("stream: data after End")
 	ErrClosed       = errors.New("stream: writer closed")
+	ErrPageClaimed  = errors.New("stream: page already received on another stream in this phase")
 )
 
 // Stats counts what a Writer sent or a Reader received.

@@ -11,7 +11,7 @@ import (
 // docs/migration-stream.md §9.
 func TestEmptyStreamMatchesDoc(t *testing.T) {
 	want, _ := hex.DecodeString(strings.ReplaceAll(
-		"47 4d 49 47 53 54 52 4d 02 00 00 00 00 00 00 00 ff 00 00 00 00 00 00 00 2f 82 3d 93", " ", ""))
+		"47 4d 49 47 53 54 52 4d 03 00 00 00 00 00 00 00 ff 00 00 00 00 00 00 00 2f 82 3d 93", " ", ""))
 	var buf bytes.Buffer
 	w, err := NewWriter(&buf)
 	if err != nil {
@@ -62,14 +62,14 @@ func TestLayout(t *testing.T) {
 
 func TestSectionTypes(t *testing.T) {
 	for ty, name := range map[SectionType]string{PageBatch: "PageBatch", DeviceState: "DeviceState", APILog: "APILog",
-		FrontEnd: "FrontEnd", Meta: "Meta", GuestRAM: "GuestRAM", End: "End", 7: "SectionType(0x07)"} {
+		FrontEnd: "FrontEnd", Meta: "Meta", GuestRAM: "GuestRAM", ShardHeader: "ShardHeader", End: "End", 8: "SectionType(0x08)"} {
 		if ty.String() != name {
 			t.Errorf("%d: %q, want %q", uint8(ty), ty, name)
 		}
 	}
 	for ty := range 256 {
 		st := SectionType(ty)
-		want := ty >= 1 && ty <= 6 || ty == 0xff
+		want := ty >= 1 && ty <= 7 || ty == 0xff
 		if st.known() != want {
 			t.Errorf("%v known = %v", st, st.known())
 		}

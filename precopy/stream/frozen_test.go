@@ -73,3 +73,49 @@ func TestWritePagesFrozen(t *testing.T) {
 		}
 	}
 }
+
+// writeCounter counts Write calls.
+type writeCounter struct {
+	bytes.Buffer
+	writes int
+}
+
+func (w *writeCounter) Write(p []byte) (int, error) {
+	w.writes++
+	return w.Buffer.Write(p)
+}
+
+// Frozen pages go to a writer without vectored writes (a TLS connection,
+// a pipe) as one Write per PageBatch frame, not one per page and header,
+// and still read back.
+func TestFrozenOneWritePerFrame(t *testing.T) {
+	const pages = 300
+	mem := make([]byte, pages*PageSize)
+	for i := range mem {
+		mem[i] = byte(i / PageSize)
+	}
+	idx := allPages(pages)
+	hashes := make([]uint64, pages)
+	for i := range hashes {
+		hashes[i] = xxhash.Sum64(mem[i*PageSize : (i+1)*PageSize])
+	}
+	var c writeCounter
+	w, err := NewWriter(&c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := c.writes
+	if _, err := w.WritePages(idx, mem, hashes); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.writes - before; got != 2 { // 256 + 44 pages
+		t.Errorf("%d writes for 2 frames", got)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(mem))
+	if _, err := readAll(c.Bytes(), Limits{}, got); err != io.EOF || !bytes.Equal(got, mem) {
+		t.Fatalf("read back: %v, equal %v", err, bytes.Equal(got, mem))
+	}
+}

@@ -20,6 +20,8 @@ func FuzzReader(f *testing.F) {
 		frame(DeviceState, 0, []byte(`{"Version":1}`)), end))
 	f.Add(cat(header(Version, 0, 0), frame(PageBatch, 0, batch(1, record(9, 0, goodHash, good))), end))
 	f.Add([]byte(Magic))
+	f.Add(cat(header(Version, 0, 0), frame(ShardHeader, 0, AppendShard(nil, Shard{Token: 1, Index: 1, Count: 2})),
+		frame(PageBatch, 0, batch(1, record(1, 0, goodHash, good))), end))
 
 	const pages = 4
 	const guard = PageSize

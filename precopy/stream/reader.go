@@ -52,6 +52,8 @@ type Section struct {
 	Blob []byte
 	// Pages and ZeroPages count the page records of a PageBatch.
 	Pages, ZeroPages int
+	// Shard is a ShardHeader section's payload, checked (ParseShard).
+	Shard Shard
 }
 
 // Reader reads a migration stream. Each call to Next reads one section;
@@ -67,8 +69,10 @@ type Reader struct {
 	curStart int64       // its offset
 	stats    Stats
 	err      error
-	scratch  [RecordHeaderSize]byte // frame headers, CRCs, record headers
+	scratch  [RecordHeaderSize]byte // frame headers, CRCs, record headers, Shard payloads
 	par      *parallel              // SetWorkers: the parallel PageBatch path
+	version  uint16                 // the stream header's
+	claim    func(page uint32) bool // SetClaim
 }
 
 // NewReader reads and checks the stream header from r. It reads through a
@@ -87,8 +91,9 @@ func NewReader(r io.Reader, lim Limits) (*Reader, error) {
 	if string(h[:len(Magic)]) != Magic {
 		return nil, fmt.Errorf("%w: %q", ErrMagic, h[:len(Magic)])
 	}
-	if v := le.Uint16(h[8:]); v != Version {
-		return nil, fmt.Errorf("%w: %d (this reader knows %d)", ErrVersion, v, Version)
+	rd.version = le.Uint16(h[8:])
+	if rd.version != Version && rd.version != Version2 {
+		return nil, fmt.Errorf("%w: %d (this reader knows %d and %d)", ErrVersion, rd.version, Version2, Version)
 	}
 	if f, res := le.Uint16(h[10:]), le.Uint32(h[12:]); f != 0 || res != 0 {
 		return nil, fmt.Errorf("%w: stream header flags %#x, reserved %#x", ErrReserved, f, res)
@@ -185,6 +190,8 @@ func (r *Reader) next(mem []byte) (Section, error) {
 			return s, nil
 		}
 		s.Pages, s.ZeroPages, crc, err = r.readBatch(mem, n, crc)
+	case t == ShardHeader:
+		s.Shard, crc, err = r.readShard(n, crc)
 	case t == End:
 		if n != 0 {
 			return Section{}, fmt.Errorf("%w: %s: %d payload bytes, want 0", ErrMalformed, r.at(), n)

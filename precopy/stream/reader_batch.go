@@ -47,6 +47,9 @@ func (r *Reader) readBatch(mem []byte, n uint32, crc uint32) (pages, zeros int, 
 			return 0, 0, 0, fmt.Errorf("%w: %s: record %d: page %d, destination has %d pages (memory %d, MaxPages %d)",
 				ErrPageIndex, r.at(), i, idx, limit, len(mem)/PageSize, r.lim.MaxPages)
 		}
+		if r.claim != nil && !r.claim(idx) {
+			return 0, 0, 0, fmt.Errorf("%w: %s: record %d: page %d", ErrPageClaimed, r.at(), i, idx)
+		}
 		page := mem[int(idx)*PageSize : (int(idx)+1)*PageSize]
 		if flags&RecordZero != 0 {
 			if h != zeroHash {

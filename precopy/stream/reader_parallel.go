@@ -198,6 +198,9 @@ func (r *Reader) parseBatch(mem, b []byte) ([]batchRecord, int, error) {
 			return nil, 0, fmt.Errorf("%w: %s: record %d: page %d, destination has %d pages (memory %d, MaxPages %d)",
 				ErrPageIndex, r.at(), i, idx, limit, len(mem)/PageSize, r.lim.MaxPages)
 		}
+		if r.claim != nil && !r.claim(idx) {
+			return nil, 0, fmt.Errorf("%w: %s: record %d: page %d", ErrPageClaimed, r.at(), i, idx)
+		}
 		if flags&RecordZero != 0 {
 			if h != zeroHash {
 				return nil, 0, fmt.Errorf("%w: %s: record %d: zero page %d carries hash %#016x, want %#016x", ErrPageHash, r.at(), i, idx, h, zeroHash)

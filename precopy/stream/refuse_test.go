@@ -46,11 +46,11 @@ func TestRefusals(t *testing.T) {
 		{"not a stream", []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"), Limits{}, ErrMagic, ""},
 		{"version 0", cat(header(0, 0, 0), end), Limits{}, ErrVersion, "0"},
 		{"version 1", cat(header(1, 0, 0), end), Limits{}, ErrVersion, "1"},
-		{"version 3", cat(header(3, 0, 0), end), Limits{}, ErrVersion, "3"},
+		{"version 4", cat(header(4, 0, 0), end), Limits{}, ErrVersion, "4"},
 		{"header flags", cat(header(Version, 1, 0), end), Limits{}, ErrReserved, "flags"},
 		{"header reserved", cat(header(Version, 0, 1<<31), end), Limits{}, ErrReserved, "reserved"},
 		{"section type 0", cat(h, frame(0, 0, nil), end), Limits{}, ErrSectionType, "SectionType(0x00)"},
-		{"section type 7", cat(h, frame(7, 0, []byte("future")), end), Limits{}, ErrSectionType, "section 1"},
+		{"section type 8", cat(h, frame(8, 0, []byte("future")), end), Limits{}, ErrSectionType, "section 1"},
 		{"section flags", cat(h, frame(Meta, 1, nil), end), Limits{}, ErrReserved, "Meta"},
 		{"section reserved", cat(h, sectionRes, end), Limits{}, ErrReserved, "Meta"},
 		{"bad CRC", cat(h, badCRC, end), Limits{}, ErrChecksum, "section 1 (DeviceState)"},
@@ -105,7 +105,7 @@ func TestRefusals(t *testing.T) {
 
 // The first error sticks.
 func TestReaderErrorSticks(t *testing.T) {
-	data := cat(header(Version, 0, 0), frame(7, 0, nil), frame(Meta, 0, []byte("x")), end)
+	data := cat(header(Version, 0, 0), frame(8, 0, nil), frame(Meta, 0, []byte("x")), end)
 	r, err := NewReader(bytes.NewReader(data), Limits{})
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ type Writer struct {
 	w          io.Writer
 	batchPages int
 	buf        []byte                                   // one PageBatch frame, reused
+	flat       []byte                                   // a frozen frame copied whole for a writer without vectored writes
 	frame      [FrameHeaderSize + FrameTrailerSize]byte // a blob's frame header and CRC
 	stats      Stats
 	sentState  bool
@@ -149,9 +150,10 @@ type frozenBatch struct {
 }
 
 // writeFrozen writes frozen pages whose hashes are known, batch by batch,
-// without copying them: a helper goroutine builds each frame's headers
-// and CRC (a pass over the pages) one batch ahead while this one writes
-// the previous batch, so the connection is kept busy.
+// without copying them to a socket (writeBuffers): a helper goroutine
+// builds each frame's headers and CRC (a pass over the pages) one batch
+// ahead while this one writes the previous batch, so the connection is
+// kept busy.
 func (w *Writer) writeFrozen(idx []uint32, mem []byte, hashes []uint64) (Stats, error) {
 	ready := make(chan frozenBatch, 1)
 	stop := make(chan struct{})
@@ -173,7 +175,7 @@ func (w *Writer) writeFrozen(idx []uint32, mem []byte, hashes []uint64) (Stats, 
 	}()
 	var st Stats
 	for b := range ready {
-		if _, err := b.iov.WriteTo(w.w); err != nil {
+		if err := w.writeBuffers(b.iov); err != nil {
 			w.err = fmt.Errorf("stream: write failed, stream broken: %w", err)
 			return st, fmt.Errorf("stream: writing PageBatch of %d pages: %w", b.st.Pages, err)
 		}
@@ -181,6 +183,32 @@ func (w *Writer) writeFrozen(idx []uint32, mem []byte, hashes []uint64) (Stats, 
 		st.add(b.st)
 	}
 	return st, nil
+}
+
+// writeBuffers writes iov, one frame's pieces: with one vectored write
+// where the underlying writer is a socket that has one (net.Buffers), else
+// copied into one buffer and written with one Write — a TLS connection
+// would otherwise make a record and a system call of every page and every
+// record header.
+func (w *Writer) writeBuffers(iov net.Buffers) error {
+	switch w.w.(type) {
+	case *net.TCPConn, *net.UnixConn:
+		_, err := iov.WriteTo(w.w)
+		return err
+	}
+	n := 0
+	for _, part := range iov {
+		n += len(part)
+	}
+	if cap(w.flat) < n {
+		w.flat = make([]byte, 0, n)
+	}
+	flat := w.flat[:0]
+	for _, part := range iov {
+		flat = append(flat, part...)
+	}
+	_, err := w.w.Write(flat)
+	return err
 }
 
 // writeBatch builds one PageBatch frame in w.buf and writes it with one

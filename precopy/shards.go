@@ -1,0 +1,232 @@
+package precopy
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"runtime"
+	"sync"
+
+	"github.com/gmig-dev/gmig/precopy/stream"
+)
+
+// The stop phase on several streams (docs/migration-stream.md §3.3 and
+// §8): a Source given extra connections (AddStreams) spreads the stop
+// phase's pages over them and its own, batch by batch, round-robin; each
+// page goes on exactly one stream. Each extra stream is a stream of its
+// own — header, ShardHeader, PageBatch*, End — and the stop Meta on the
+// main stream says how many there are. The destination reads them all at
+// once (receive_shards.go) and restores the device from the main stream
+// only once every stream has ended.
+
+// DefaultStreams is the stop phase's stream count when Options.Streams is
+// zero: half the cores, at most MaxDefaultStreams — on the 16-core device
+// machine loopback TCP carries 3.1, 6.2, 7.4 and 9.7 GB/s on 1, 2, 4 and
+// 8 streams (the design brief's measurement), each stream's sender and
+// receiver taking a core of their own; on 2 cores that leaves one stream,
+// where two gained at light load and lost at heavy load
+// (docs/migration-stream.md §3.3).
+func DefaultStreams() int { return min(MaxDefaultStreams, max(1, runtime.NumCPU()/2)) }
+
+// MaxDefaultStreams is the most streams DefaultStreams gives, and the
+// most a destination takes unless told otherwise (orchestrator): 8, where
+// the device machine's loopback stops gaining (9.7 GB/s on 8 streams).
+const MaxDefaultStreams = 8
+
+// shardOut is one extra stream of a Source.
+type shardOut struct {
+	conn io.ReadWriter
+	w    *stream.Writer
+}
+
+// AddStreams gives the Source extra connections to the destination for
+// its stop phase: each gets its stream header and ShardHeader now; Stop
+// spreads the stop phase's pages over them and the main connection. It is
+// called at most once, before Precopy or during the live phase's wait
+// (not while Precopy or Stop runs), with at most stream.MaxShards−1
+// connections; the caller owns them, as it owns the main one, and closes
+// them after Stop, Rollback or Close.
+func (s *Source) AddStreams(conns ...io.ReadWriter) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.state != srcLive:
+		return fmt.Errorf("precopy: AddStreams on a %s source", s.state)
+	case s.shards != nil:
+		return fmt.Errorf("precopy: AddStreams called twice")
+	case len(conns)+1 > stream.MaxShards:
+		return fmt.Errorf("precopy: %d streams, at most %d", len(conns)+1, stream.MaxShards)
+	case len(conns) == 0:
+		return nil
+	}
+	var tok [8]byte
+	_, _ = rand.Read(tok[:])
+	token := binary.LittleEndian.Uint64(tok[:])
+	shards := make([]*shardOut, len(conns))
+	for i, c := range conns {
+		w, err := stream.NewWriter(c)
+		if err == nil {
+			err = w.WriteShard(stream.Shard{Token: token, Index: i + 1, Count: len(conns) + 1})
+		}
+		if err != nil {
+			return fmt.Errorf("precopy: opening stream %d: %w", i+1, err)
+		}
+		shards[i] = &shardOut{conn: c, w: w}
+	}
+	s.shards, s.token = shards, token
+	s.log.Info().Int("streams", len(conns)+1).Msg("stop phase spread over several streams")
+	return nil
+}
+
+// streams is how many streams the stop phase's pages go on.
+func (s *Source) streams() int { return len(s.shards) + 1 }
+
+// eachConnLocked calls fn with the main connection and every extra one.
+func (s *Source) eachConnLocked(fn func(conn any)) {
+	fn(s.conn)
+	for _, sh := range s.shards {
+		fn(sh.conn)
+	}
+}
+
+// eachConn is eachConnLocked for a caller without s.mu.
+func (s *Source) eachConn(fn func(conn any)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.eachConnLocked(fn)
+}
+
+// watchAll is watch over every connection of the Source.
+func (s *Source) watchAll(ctx context.Context) (stop func()) {
+	var stops []func() bool
+	s.eachConn(func(c any) { stops = append(stops, watch(ctx, c)) })
+	return func() {
+		for _, st := range stops {
+			st()
+		}
+	}
+}
+
+// pageJob is one piece of the stop phase's pages for one stream: hashes
+// nil, or the hash of each page as memory holds it (frozen).
+type pageJob struct {
+	idx    []uint32
+	hashes []uint64
+}
+
+// spread runs the stop phase's page sends on every stream at once:
+// produce calls send with pages (and, or nil, their hashes) as it finds
+// them; send cuts them into pieces — a batch at most, so that a chunk of
+// pages goes on every stream — and hands each to the next stream in turn,
+// round-robin, each stream's sender writing on its own goroutine.
+// With own, send copies what it is given (the caller reuses it). Once
+// produce returns, each extra stream ends (End) unless anything failed;
+// the main stream goes on with the stop phase's tail. It returns the first error of produce or a
+// sender; a sender's error interrupts every connection's writes, so the
+// others stop too, and send returns it to produce.
+func (s *Source) spread(own bool, produce func(send func(idx []uint32, hashes []uint64) error) error) error {
+	n := s.streams()
+	jobs := make([]chan pageJob, n)
+	errs := make(chan error, n)
+	var mu sync.Mutex
+	var first error
+	fail := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if first == nil {
+			first = err
+			s.eachConn(interruptWrites)
+		}
+	}
+	firstErr := func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		return first
+	}
+	for i := range n {
+		jobs[i] = make(chan pageJob, 2)
+		go func() {
+			errs <- s.sendShard(i, jobs[i], fail, firstErr)
+		}()
+	}
+	next := 0
+	send := func(idx []uint32, hashes []uint64) error {
+		// Pieces of a batch at most, and at least one per stream.
+		piece := max(1, min(stream.DefaultBatchPages, (len(idx)+n-1)/n))
+		for lo := 0; lo < len(idx); lo += piece {
+			if err := firstErr(); err != nil {
+				return err
+			}
+			hi := min(lo+piece, len(idx))
+			j := pageJob{idx: idx[lo:hi]}
+			if hashes != nil {
+				j.hashes = hashes[lo:hi]
+			}
+			if own {
+				j.idx = append([]uint32(nil), j.idx...)
+				if j.hashes != nil {
+					j.hashes = append([]uint64(nil), j.hashes...)
+				}
+			}
+			jobs[next] <- j
+			next = (next + 1) % n
+		}
+		return nil
+	}
+	err := produce(send)
+	if err != nil {
+		fail(err) // no stream ends as if it were whole
+	}
+	for _, j := range jobs {
+		close(j)
+	}
+	for range n {
+		if e := <-errs; e != nil && err == nil {
+			err = e
+		}
+	}
+	if e := firstErr(); e != nil {
+		return e
+	}
+	return err
+}
+
+// sendShard writes the jobs for stream i (0: the main one) until jobs is
+// closed, then ends an extra stream unless the phase failed. After a
+// failure (its own, reported through fail, or another's: failed) it
+// drains jobs without writing.
+func (s *Source) sendShard(i int, jobs <-chan pageJob, fail func(error), failed func() error) error {
+	var err error
+	w := s.w
+	if i > 0 {
+		w = s.shards[i-1].w
+	}
+	for j := range jobs {
+		if err != nil || failed() != nil {
+			continue
+		}
+		var st stream.Stats
+		st, err = w.WritePages(j.idx, s.mem, j.hashes)
+		if i == 0 {
+			s.noteSent()
+		} else {
+			s.shardPages.Add(st.Pages)
+			s.shardBytes.Add(st.Bytes)
+		}
+		if err != nil {
+			err = fmt.Errorf("stream %d: %w", i, err)
+			fail(err)
+		}
+	}
+	if err == nil && i > 0 && failed() == nil {
+		before := w.Stats().Bytes
+		if err = w.Close(); err != nil {
+			err = fmt.Errorf("ending stream %d: %w", i, err)
+			fail(err)
+		}
+		s.shardBytes.Add(w.Stats().Bytes - before)
+	}
+	return err
+}
