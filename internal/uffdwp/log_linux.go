@@ -77,7 +77,7 @@ func Open(pid int, f *os.File) (*Log, error) {
 	}
 	l := &Log{pid: pid, uffd: -1, dev: st.Dev, ino: st.Ino, vec: make([]pageRegion, vecRegions)}
 	var err error
-	if l.ranges, err = l.mappings(); err != nil {
+	if l.ranges, err = mappings(pid, st.Dev, st.Ino); err != nil {
 		return nil, err
 	}
 	if len(l.ranges) == 0 {
@@ -94,11 +94,15 @@ func Open(pid int, f *os.File) (*Log, error) {
 }
 
 // proc is the path of a file of the process's /proc directory.
-func (l *Log) proc(name string) string {
-	if l.pid == 0 {
+func (l *Log) proc(name string) string { return procPath(l.pid, name) }
+
+// procPath is the path of a file of process pid's /proc directory (0:
+// this process).
+func procPath(pid int, name string) string {
+	if pid == 0 {
 		return "/proc/self/" + name
 	}
-	return fmt.Sprintf("/proc/%d/%s", l.pid, name)
+	return fmt.Sprintf("/proc/%d/%s", pid, name)
 }
 
 // open creates the userfaultfd, enables the features and registers the
@@ -200,7 +204,7 @@ func (l *Log) scanError(what string, err error) error {
 // checkMappings fails with ErrLost when the process maps the file
 // anywhere the log did not register.
 func (l *Log) checkMappings() error {
-	now, err := l.mappings()
+	now, err := mappings(l.pid, l.dev, l.ino)
 	if err != nil {
 		return err
 	}
@@ -231,10 +235,22 @@ func (l *Log) Close() error {
 	return nil
 }
 
-// mappings lists the process's writable shared mappings of the file from
-// /proc/PID/maps (proc(5): "address perms offset dev inode pathname").
-func (l *Log) mappings() ([]Range, error) {
-	f, err := os.Open(l.proc("maps"))
+// Mappings lists process pid's (0: this process's) writable shared
+// mappings of f.
+func Mappings(pid int, f *os.File) ([]Range, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return nil, fmt.Errorf("uffdwp: %w", err)
+	}
+	return mappings(pid, st.Dev, st.Ino)
+}
+
+// mappings lists process pid's writable shared mappings of the file
+// (dev, ino) from /proc/PID/maps (proc(5): "address perms offset dev
+// inode pathname").
+func mappings(pid int, dev, ino uint64) ([]Range, error) {
+	path := procPath(pid, "maps")
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("uffdwp: %w", err)
 	}
@@ -245,17 +261,17 @@ func (l *Log) mappings() ([]Range, error) {
 		var lo, hi, off uint64
 		var perms string
 		var major, minor uint32
-		var ino uint64
-		if _, err := fmt.Sscanf(sc.Text(), "%x-%x %s %x %x:%x %d", &lo, &hi, &perms, &off, &major, &minor, &ino); err != nil {
+		var inode uint64
+		if _, err := fmt.Sscanf(sc.Text(), "%x-%x %s %x %x:%x %d", &lo, &hi, &perms, &off, &major, &minor, &inode); err != nil {
 			continue
 		}
-		if ino != l.ino || unix.Mkdev(major, minor) != l.dev || !strings.HasPrefix(perms[1:], "w") || perms[3] != 's' {
+		if inode != ino || unix.Mkdev(major, minor) != dev || !strings.HasPrefix(perms[1:], "w") || perms[3] != 's' {
 			continue
 		}
 		out = append(out, Range{Addr: lo, Len: hi - lo, Off: off})
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("uffdwp: reading %s: %w", l.proc("maps"), err)
+		return nil, fmt.Errorf("uffdwp: reading %s: %w", path, err)
 	}
 	return out, nil
 }
