@@ -182,3 +182,21 @@ func TestWriteLogAfterRecordRefused(t *testing.T) {
 		t.Fatal("a refused log is active")
 	}
 }
+
+// TestVerifyWriteLog: the oracle finds a change the log did not report
+// and nothing when the log reported every change.
+func TestVerifyWriteLog(t *testing.T) {
+	mem, tr, wl := newLogged(t, 200)
+	wl.write(mem, 10*PageSize, ^mem[10*PageSize])
+	if _, err := tr.ScanFrozen(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if missed, err := tr.VerifyWriteLog(context.Background()); err != nil || len(missed) != 0 {
+		t.Fatalf("VerifyWriteLog = %v, %v with every write logged; want none", missed, err)
+	}
+	mem[150*PageSize+3] ^= 1 // not logged
+	missed, err := tr.VerifyWriteLog(context.Background())
+	if err != nil || !slices.Equal(missed, []int{150}) {
+		t.Fatalf("VerifyWriteLog = %v, %v; want [150], the write the log missed", missed, err)
+	}
+}

@@ -74,8 +74,31 @@ type Options struct {
 	// before/after comparisons. With fewer than PipelineMinWorkers
 	// workers the stop phase is serial anyway.
 	SerialStop bool
-	Log        zerolog.Logger
+	// GuestWrites, if set, is called once by NewSource (not for
+	// stop-and-copy) for a log of the guest CPU's writes to the vGPU's
+	// memory (internal/guestwrites): the log, nil when none can be
+	// trusted, and the line that names the mechanism and why (the
+	// report's Tracking). The Source arms it before reading any page, so
+	// the stop phase hashes only written pages and the engine's marks,
+	// and closes it when the migration ends.
+	GuestWrites func() (WriteLog, string)
+	// VerifyWriteLog makes the stop phase also hash every page the write
+	// log let it skip, and fail the migration (ErrWriteLogMissed) if one
+	// changed: the full hash as the log's oracle, for tests. It costs the
+	// hashing the log saves.
+	VerifyWriteLog bool
+	Log            zerolog.Logger
 }
+
+// WriteLog is a log of the guest CPU's writes that the Source closes.
+type WriteLog interface {
+	dirty.WriteLog
+	Close() error
+}
+
+// ErrWriteLogMissed fails a stop phase whose VerifyWriteLog found a page
+// that changed without the write log reporting it.
+var ErrWriteLogMissed = errors.New("precopy: the write log missed changed pages")
 
 // WithDefaults returns o with its zero fields set to the defaults, or an
 // error saying which field is invalid.
