@@ -29,6 +29,13 @@ type MigrateRequest struct {
 	BackgroundRate int    `json:"background_rate,omitempty"` // oneshot: background re-hash, pages/s
 	MaxBandwidthMB uint64 `json:"max_bandwidth_mb,omitempty"`
 	DowntimeMS     int64  `json:"downtime_limit_ms,omitempty"`
+	// NoTracking turns the log of the guest's aperture writes off: the
+	// stop phase hashes every page (for comparisons).
+	NoTracking bool `json:"no_tracking,omitempty"`
+	// VerifyTracking also hashes every page the write log let the stop
+	// phase skip and fails the migration if one changed (a debugging
+	// check; it costs what the log saves).
+	VerifyTracking bool `json:"verify_tracking,omitempty"`
 }
 
 // MigrateEvent is one line of a migration's answer.
@@ -125,7 +132,8 @@ func (h *Host) serveMigrate(w http.ResponseWriter, r *http.Request) {
 	// HTTP connection.
 	ctx := context.WithoutCancel(r.Context())
 	rep, err := h.MigrateVM(ctx, name, req.To, MigrateOptions{
-		Precopy:       precopy.Options{Strategy: strategy, BackgroundRate: req.BackgroundRate},
+		Precopy:       precopy.Options{Strategy: strategy, BackgroundRate: req.BackgroundRate, VerifyWriteLog: req.VerifyTracking},
+		NoTracking:    req.NoTracking,
 		Progress:      func(p orchestrator.Progress) { send(MigrateEvent{Progress: &p}) },
 		MaxBandwidth:  req.MaxBandwidthMB << 20,
 		DowntimeLimit: time.Duration(req.DowntimeMS) * time.Millisecond,

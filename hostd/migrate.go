@@ -27,6 +27,9 @@ type MigrateOptions struct {
 	// (zero: qemu.DefaultMaxBandwidth and QEMU's own 300 ms).
 	MaxBandwidth  uint64
 	DowntimeLimit time.Duration
+	// NoTracking leaves Precopy.GuestWrites unset: no log of the guest's
+	// aperture writes, the stop phase hashes every page.
+	NoTracking bool
 }
 
 // MigrateVM moves VM name and its vGPU to the gmigd whose migration
@@ -47,6 +50,9 @@ func (h *Host) MigrateVM(ctx context.Context, name, peer string, opts MigrateOpt
 	if err != nil {
 		h.releaseVM(name, vmRunning)
 		return orchestrator.Report{}, err
+	}
+	if !opts.NoTracking && opts.Precopy.GuestWrites == nil {
+		opts.Precopy.GuestWrites = guestWrites(r.writerPID(), h.log.With().Str("vm", name).Logger())
 	}
 	h.metrics.migrationStarted("source")
 	rep, err := orchestrator.Migrate(ctx, orchestrator.Source{

@@ -3,6 +3,7 @@ package precopy
 import (
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 
 	"github.com/rs/zerolog"
@@ -75,13 +76,13 @@ type Options struct {
 	// workers the stop phase is serial anyway.
 	SerialStop bool
 	// GuestWrites, if set, is called once by NewSource (not for
-	// stop-and-copy) for a log of the guest CPU's writes to the vGPU's
-	// memory (internal/guestwrites): the log, nil when none can be
-	// trusted, and the line that names the mechanism and why (the
-	// report's Tracking). The Source arms it before reading any page, so
+	// stop-and-copy) with the vGPU's aperture memfd for a log of the
+	// guest CPU's writes to it (internal/guestwrites.Open): the log, nil
+	// when none can be trusted, and the line that names the mechanism
+	// and why (the report's Tracking). The Source arms it before reading any page, so
 	// the stop phase hashes only written pages and the engine's marks,
 	// and closes it when the migration ends.
-	GuestWrites func() (WriteLog, string)
+	GuestWrites func(aperture *os.File) (WriteLog, string)
 	// VerifyWriteLog makes the stop phase also hash every page the write
 	// log let it skip, and fail the migration (ErrWriteLogMissed) if one
 	// changed: the full hash as the log's oracle, for tests. It costs the

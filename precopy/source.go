@@ -106,7 +106,7 @@ func NewSource(v *vgpu.VGPU, conn io.ReadWriter, opts Options) (*Source, error) 
 	if err := populate(mem, false); err != nil {
 		log.Warn().Err(err).Msg("populating the source partition; holes fault in when read")
 	}
-	wlog, tracking := openWriteLog(tr, opts, log)
+	wlog, tracking := openWriteLog(v, tr, opts, log)
 	w, err := stream.NewWriter(conn)
 	if err == nil {
 		err = writeMeta(w, meta{

@@ -3,7 +3,9 @@ package precopy
 import (
 	"github.com/rs/zerolog"
 
+	"github.com/gmig-dev/gmig/abi"
 	"github.com/gmig-dev/gmig/dirty"
+	"github.com/gmig-dev/gmig/internal/vgpu"
 )
 
 // Tracking lines for migrations that open no write log.
@@ -16,14 +18,18 @@ const (
 // arms it on tr before any page is recorded; it returns the log (nil if
 // none) and the report's tracking line. A log that cannot be armed is
 // closed and the line says so: the full hash covers the migration.
-func openWriteLog(tr *dirty.Tracker, opts Options, log zerolog.Logger) (WriteLog, string) {
+func openWriteLog(v *vgpu.VGPU, tr *dirty.Tracker, opts Options, log zerolog.Logger) (WriteLog, string) {
 	switch {
 	case opts.Strategy == StopCopy:
 		return nil, trackingStopCopy
 	case opts.GuestWrites == nil:
 		return nil, trackingNoSource
 	}
-	wl, line := opts.GuestWrites()
+	ri, err := v.RegionInfo(abi.BARAperture)
+	if err != nil {
+		return nil, "full hash (the aperture's memfd: " + err.Error() + ")"
+	}
+	wl, line := opts.GuestWrites(ri.File)
 	if wl == nil {
 		return nil, line
 	}

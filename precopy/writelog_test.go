@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -15,21 +16,12 @@ import (
 	"github.com/gmig-dev/gmig/internal/vgpu"
 )
 
-// selfWrites is Options.GuestWrites for a guest that writes v's memory
-// from this process (the pool's mapping here, the in-process simulator's
-// in gmigd): a uffd-wp log of this process's mappings of v's memfd.
-func selfWrites(t *testing.T, v *vgpu.VGPU) func() (WriteLog, string) {
-	return func() (WriteLog, string) {
-		ri, err := v.RegionInfo(abi.BARAperture)
-		if err != nil {
-			t.Fatal(err)
-		}
-		l, c := guestwrites.Open(0, ri.File, migtest.Log)
-		if l == nil {
-			return nil, c.String()
-		}
-		return l, c.String()
-	}
+// selfWrites is Options.GuestWrites for a guest that writes the vGPU's
+// memory from this process (the pool's mapping here, the in-process
+// simulator's in gmigd): this process's mappings of the memfd.
+func selfWrites(aperture *os.File) (WriteLog, string) {
+	l, c := guestwrites.Open(0, aperture, migtest.Log)
+	return l, c.String()
 }
 
 // guestStores writes v's memory the ways a guest CPU can between Precopy
@@ -80,7 +72,7 @@ func TestGuestWritesLogged(t *testing.T) {
 			recv := receive(ctx, b, dst, Options{Log: migtest.Log})
 			s, err := NewSource(src.V, a, Options{
 				Strategy: c.strat, Workers: PipelineMinWorkers, SerialStop: c.serial, Log: migtest.Log,
-				GuestWrites: selfWrites(t, src.V), VerifyWriteLog: true,
+				GuestWrites: selfWrites, VerifyWriteLog: true,
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -140,7 +132,7 @@ func TestVerifyWriteLogCatchesMiss(t *testing.T) {
 	recv := receive(ctx, b, dst, Options{Log: migtest.Log})
 	s, err := NewSource(src.V, a, Options{
 		Log: migtest.Log, VerifyWriteLog: true,
-		GuestWrites: func() (WriteLog, string) { return blindLog{}, "blind" },
+		GuestWrites: func(*os.File) (WriteLog, string) { return blindLog{}, "blind" },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -165,11 +157,11 @@ func TestNoWriteLogSource(t *testing.T) {
 	v := migtest.NewVGPU(t, pa, "v", 1<<20)
 	for _, c := range []struct {
 		strat  Strategy
-		writes func() (WriteLog, string)
+		writes func(*os.File) (WriteLog, string)
 		want   string
 	}{
 		{OneShot, nil, trackingNoSource},
-		{StopCopy, func() (WriteLog, string) { t.Error("GuestWrites called for stop-and-copy"); return nil, "" }, trackingStopCopy},
+		{StopCopy, func(*os.File) (WriteLog, string) { t.Error("GuestWrites called for stop-and-copy"); return nil, "" }, trackingStopCopy},
 	} {
 		s, err := NewSource(v, &bytes.Buffer{}, Options{Strategy: c.strat, NoVerdict: true, Log: migtest.Log, GuestWrites: c.writes})
 		if err != nil {
