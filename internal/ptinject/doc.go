@@ -19,6 +19,15 @@
 // The other threads of the target run on throughout; the held thread is
 // stopped for a few system calls' time.
 //
+// The tracer is a short-lived helper process, this same binary run again
+// (the package's init recognises it), which sends the descriptor back over
+// a socket (SCM_RIGHTS). gmigd starts QEMU, and the kernel shows a child
+// traced by its parent's own thread group to the parent's ordinary waits
+// too: Go's os/exec, waiting for QEMU to exit, would take the stops the
+// tracer waits for. A helper that is not QEMU's parent avoids that (under
+// Yama ptrace scope 1 it needs CAP_SYS_PTRACE, being no ancestor of QEMU).
+// A helper still running after helperTimeout is killed.
+//
 // Refusals come back as sentinel errors: ErrNotPermitted (no ptrace
 // access: gmigd needs root or CAP_SYS_PTRACE, or the target as its own
 // child under Yama scope 1, and an LSM may still refuse), ErrSeccomp (the
@@ -27,9 +36,9 @@
 // ErrUnsupported (not linux/amd64). A call the target's kernel refuses
 // comes back as its errno, wrapped.
 //
-// All ptrace requests of one injection come from one locked OS thread, as
-// the kernel requires of a tracer. There are no locks and no state between
-// calls.
+// All ptrace requests of one injection come from one locked OS thread of
+// the helper, as the kernel requires of a tracer. There are no locks and
+// no state between calls.
 package ptinject
 
 import "errors"

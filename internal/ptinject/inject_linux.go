@@ -28,10 +28,10 @@ const maxSteps = 64
 // (include/linux/err.h, MAX_ERRNO).
 const maxErrno = 4095
 
-// Userfaultfd runs userfaultfd(flags) in process pid and returns this
-// process's descriptor of the new userfaultfd, close-on-exec; the target's
-// own descriptor is closed again. The userfaultfd is bound to pid's memory.
-func Userfaultfd(pid, flags int) (int, error) {
+// userfaultfdHere is Userfaultfd with this process as the tracer (the
+// helper's work): it runs userfaultfd(flags) in pid, takes the new
+// descriptor into this process and closes the target's.
+func userfaultfdHere(pid, flags int) (int, error) {
 	fd := -1
 	err := inject(pid, func(t *tracee) error {
 		remote, err := t.syscall(unix.SYS_USERFAULTFD, uint64(flags))

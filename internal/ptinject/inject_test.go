@@ -92,9 +92,13 @@ func startChild(t *testing.T, mode string) *childProc {
 		t.Fatal(err)
 	}
 	c := &childProc{cmd: cmd, in: in, out: bufio.NewScanner(out)}
+	// Wait for it all along, as gmigd waits for its QEMU: a parent's wait
+	// sees the stops of a child its own thread group traces.
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
 	t.Cleanup(func() {
 		in.Close()
-		if err := cmd.Wait(); err != nil {
+		if err := <-exited; err != nil {
 			t.Errorf("child: %v", err)
 		}
 	})

@@ -117,9 +117,12 @@ func startChild(t *testing.T) *childProc {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	// Wait for it all along, as gmigd waits for its QEMU.
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
 	t.Cleanup(func() {
 		in.Close()
-		if err := cmd.Wait(); err != nil {
+		if err := <-exited; err != nil {
 			t.Errorf("child: %v", err)
 		}
 	})
