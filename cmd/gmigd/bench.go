@@ -50,6 +50,7 @@ type benchConfig struct {
 	compareSerial bool // also oneshot with the serial stop phase (before/after)
 	runs          int
 	bgRate        int
+	noTracking    bool // no log of the guest's aperture writes: the stop phase hashes every page
 	workers       int
 
 	overhead        time.Duration // tracking overhead measurement (0: none)
@@ -111,6 +112,7 @@ func cmdBench(args []string) error {
 	fs.IntVar(&c.runs, "runs", 1, "runs per strategy and case")
 	fs.IntVar(&c.bgRate, "background-rate", 0, "oneshot: background re-hash budget in pages/s between pre-copy and stop")
 	fs.IntVar(&c.workers, "workers", 0, "hashing workers (default GOMAXPROCS)")
+	fs.BoolVar(&c.noTracking, "no-tracking", false, "in-process matrix: no log of the guest's aperture writes (the stop phase hashes every page), for before/after")
 	fs.DurationVar(&c.overhead, "overhead", 0, "measure dirty tracking's steady-state cost for this long (0: skip), alternating off and on")
 	ovProfile := fs.String("overhead-profile", "render:fps=0", "the overhead measurement's workload (unpaced: throughput)")
 	ovMem := byteSize(256 << 20)

@@ -34,15 +34,10 @@ type overheadResult struct {
 	BgHashed    int       `json:"background_pages_hashed"`
 	Load1       float64   `json:"load1"`
 	// WriteLog names the guest-write log that ran with the marks ("" for
-	// none): armed at each "on" window's start and read (re-armed) every
-	// overheadLogRound, the most often an iterative pre-copy reads it.
+	// none): armed at each "on" window's start and read at its end, as a
+	// one-shot migration whose pre-copy lasts one window arms and reads it.
 	WriteLog string `json:"write_log,omitempty"`
 }
-
-// overheadLogRound is how often the write-log measurement reads and
-// re-arms the log: more often than an iterative pre-copy's rounds of a
-// 256 MiB vGPU come, so the guest pays at least what a migration costs it.
-const overheadLogRound = 50 * time.Millisecond
 
 // overheadPairs is how many off/on pairs each measurement takes.
 const overheadPairs = 20
@@ -103,7 +98,7 @@ func (c *benchConfig) measureOverhead(ctx context.Context) ([]overheadResult, er
 					stop = tr.StartBackground(ctx, bg)
 				}
 				if variant.log {
-					mode, end, err := writeLogRounds(v, c.log)
+					mode, end, err := armWriteLog(v, c.log)
 					if err != nil {
 						return 0, err
 					}
@@ -176,7 +171,7 @@ func (o overheadResult) table() table {
 	what := "engine-write marks"
 	switch {
 	case o.WriteLog != "":
-		what = fmt.Sprintf("engine-write marks and the guest-write log (%s, read every %v)", o.WriteLog, overheadLogRound)
+		what = fmt.Sprintf("engine-write marks and the guest-write log (%s, armed per window)", o.WriteLog)
 	case o.BackgroundRate > 0:
 		what = fmt.Sprintf("engine-write marks and background re-hash at %d pages/s", o.BackgroundRate)
 	}
@@ -192,10 +187,10 @@ func (o overheadResult) table() table {
 	return t
 }
 
-// writeLogRounds opens and arms the guest-write log a migration of v would
-// use (this process's mappings: the simulated guest runs here) and reads
-// it every overheadLogRound until end is called.
-func writeLogRounds(v *vgpu.VGPU, log zerolog.Logger) (mode string, end func(), err error) {
+// armWriteLog opens and arms the guest-write log a migration of v would
+// use (this process's mappings: the simulated guest runs here); end reads
+// it once, as a stop phase does, and closes it.
+func armWriteLog(v *vgpu.VGPU, log zerolog.Logger) (mode string, end func(), err error) {
 	ri, err := v.RegionInfo(abi.BARAperture)
 	if err != nil {
 		return "", nil, err
@@ -208,20 +203,8 @@ func writeLogRounds(v *vgpu.VGPU, log zerolog.Logger) (mode string, end func(), 
 		l.Close()
 		return "", nil, err
 	}
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(overheadLogRound)
-		defer t.Stop()
-		var buf []int
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				buf, _ = l.Written(buf[:0])
-			}
-		}
-	}()
-	return c.Mode, func() { close(stop); <-done; l.Close() }, nil
+	return c.Mode, func() {
+		_, _ = l.Written(nil)
+		l.Close()
+	}, nil
 }
