@@ -19,14 +19,30 @@
 //     differing sample proves a page dirty without hashing it; matching
 //     samples prove nothing, so the full hash still decides.
 //
+// A fourth source decides which pages need checking at all:
+//
+//   - Write log: UseWriteLog gives the Tracker the pages the guest CPU
+//     wrote, from the operating system's page tables (userfaultfd write
+//     protection, internal/guestwrites). Armed before any page is
+//     recorded, it lets a scan skip every recorded page that no mark
+//     covers and the log does not report: its content was read after the
+//     log was armed and nothing wrote it since. Reported pages are still
+//     hashed (a rewrite of the same bytes is not sent); they stay to be
+//     checked until recorded again. A log that fails is dropped and
+//     scans hash every page again.
+//
 // Scan, the final detection with the VM stopped, reports each dirty page once
 // under the first source that applies: Engine, Background, Unrecorded (never
 // recorded, so nothing to compare), Sample, Hash.
 //
 // # Correctness argument
 //
-// Scan declares a page clean only after hashing its current bytes and finding
-// the recorded hash; every other source only adds dirt. A stale engine mark
+// Without a write log, Scan declares a page clean only after hashing its
+// current bytes and finding the recorded hash; every other source only adds
+// dirt. With one, a page is also clean when it was recorded after the arm
+// and the log has reported no write to it since its record began (the
+// record clears the page's log bit before copying, so a write racing with
+// the copy is reported later and the page checked). A stale engine mark
 // or background bit can therefore cost an extra page, never a missed one. The
 // one obligation on callers is that a recorded hash equals the bytes sent:
 // RecordCopy guarantees it by hashing the very copy the caller sends; with
@@ -56,5 +72,7 @@
 //
 // Tracker.bgMu guards which background run is current and bgRun.mu guards
 // that run's statistics; bgMu is taken before bgRun.mu, and neither is held
-// while hashing or waiting. All per-page state is lock-free.
+// while hashing or waiting. Tracker.wlMu guards the write log and is taken
+// alone, only to arm the log and to read it at the start of a scan. All
+// per-page state is lock-free.
 package dirty

@@ -72,13 +72,14 @@ func (t *Tracker) RecordAll(ctx context.Context) error {
 }
 
 // recordPage makes page p's current bytes its recorded state and returns
-// their hash: it clears the page's marks, copies the page into img and
+// their hash: it clears the page's marks (the write log's too), copies the page into img and
 // stores img's hash and samples. Clearing before copying means a write that
 // the copy misses is marked again afterwards or changes the hash — the page
 // can only end up dirty.
 func (t *Tracker) recordPage(p int, img []byte) uint64 {
 	t.engine.clear(p)
 	t.background.clear(p)
+	t.written.clear(p)
 	copyPage(img, t.page(p))
 	h := HashPage(img)
 	t.hashes[p].Store(h)

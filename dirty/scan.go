@@ -44,6 +44,7 @@ type ScanResult struct {
 	PagesHashed int             // pages whose full hash was computed
 	BytesHashed uint64          // PagesHashed * PageSize
 	Duration    time.Duration   // wall time of the scan
+	WriteLog    WriteLogStats   // what the write log (UseWriteLog) did
 }
 
 // scanChunk is how many pages a Scan worker takes at a time: 1 MiB of
@@ -71,6 +72,7 @@ func (t *Tracker) ScanFrozen(ctx context.Context) (ScanResult, error) {
 
 func (t *Tracker) scan(ctx context.Context, frozen bool) (ScanResult, error) {
 	start := time.Now()
+	wl := t.pullWrites()
 	found := make([]uint64, (t.pages+63)/64)
 	counts := make([][NumSources]int, t.workers)
 	hashed := make([]int, t.workers)
@@ -78,7 +80,7 @@ func (t *Tracker) scan(ctx context.Context, frozen bool) (ScanResult, error) {
 	err := t.forChunks(ctx, t.pages, scanChunk, t.workers, func(w, lo, hi int, buf []byte) {
 		var n [NumSources]int
 		h := 0
-		for p := lo; p < hi; p++ {
+		t.eachPage(lo, hi, wl.Active, func(p int) {
 			if t.hasher != nil {
 				if src, dirty := t.cheapCheck(p); dirty {
 					found[p>>6] |= 1 << (p & 63)
@@ -86,7 +88,7 @@ func (t *Tracker) scan(ctx context.Context, frozen bool) (ScanResult, error) {
 				} else {
 					cand[w] = append(cand[w], p)
 				}
-				continue
+				return
 			}
 			src, dirty, didHash := t.check(p, buf, frozen)
 			if didHash {
@@ -96,7 +98,7 @@ func (t *Tracker) scan(ctx context.Context, frozen bool) (ScanResult, error) {
 				found[p>>6] |= 1 << (p & 63)
 				n[src]++
 			}
-		}
+		})
 		for s := range n {
 			counts[w][s] += n[s]
 		}
@@ -105,7 +107,7 @@ func (t *Tracker) scan(ctx context.Context, frozen bool) (ScanResult, error) {
 	if err != nil {
 		return ScanResult{}, fmt.Errorf("dirty: scan: %w", err)
 	}
-	var r ScanResult
+	r := ScanResult{WriteLog: wl}
 	for w := range counts {
 		for s := range counts[w] {
 			r.BySource[s] += counts[w][s]
@@ -137,7 +139,7 @@ func (t *Tracker) scan(ctx context.Context, frozen bool) (ScanResult, error) {
 	r.BytesHashed = uint64(r.PagesHashed) * PageSize
 	r.Duration = time.Since(start)
 	t.log.Debug().Int("pages", t.pages).Int("dirty", total).
-		Ints("by_source", r.BySource[:]).Int("hashed", r.PagesHashed).
+		Ints("by_source", r.BySource[:]).Int("hashed", r.PagesHashed).Bool("write_log", wl.Active).
 		Dur("took", r.Duration).Msg("dirty: scan")
 	return r, nil
 }

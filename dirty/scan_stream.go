@@ -39,6 +39,7 @@ const DefaultStreamChunk = 2048
 // the samples would prove dirty must be hashed for sending all the same.
 func (t *Tracker) ScanFrozenStream(ctx context.Context, chunkPages int, fn func(ScanChunk) error) (ScanResult, error) {
 	start := time.Now()
+	wl := t.pullWrites()
 	if chunkPages <= 0 {
 		chunkPages = DefaultStreamChunk
 	}
@@ -67,7 +68,7 @@ func (t *Tracker) ScanFrozenStream(ctx context.Context, chunkPages int, fn func(
 					return
 				}
 				s := &slots[c]
-				t.scanChunk(c*chunkPages, min((c+1)*chunkPages, t.pages), &s.c, &s.n, &s.hashed)
+				t.scanChunk(c*chunkPages, min((c+1)*chunkPages, t.pages), wl.Active, &s.c, &s.n, &s.hashed)
 				close(s.ready)
 				if int(scanned.Add(1)) == chunks {
 					end.Store(time.Now().UnixNano())
@@ -75,7 +76,7 @@ func (t *Tracker) ScanFrozenStream(ctx context.Context, chunkPages int, fn func(
 			}
 		})
 	}
-	var r ScanResult
+	r := ScanResult{WriteLog: wl}
 	var err error
 	for c := range slots {
 		s := &slots[c]
@@ -106,14 +107,15 @@ func (t *Tracker) ScanFrozenStream(ctx context.Context, chunkPages int, fn func(
 	r.BytesHashed = uint64(r.PagesHashed) * PageSize
 	r.Duration = time.Unix(0, end.Load()).Sub(start)
 	t.log.Debug().Int("pages", t.pages).Ints("by_source", r.BySource[:]).Int("hashed", r.PagesHashed).
-		Dur("took", r.Duration).Msg("dirty: streamed scan")
+		Bool("write_log", wl.Active).Dur("took", r.Duration).Msg("dirty: streamed scan")
 	return r, nil
 }
 
 // scanChunk checks pages [lo, hi) of frozen memory into c (dirty pages
-// and their hashes), n (by source) and hashed (pages the checks hashed).
-func (t *Tracker) scanChunk(lo, hi int, c *ScanChunk, n *[NumSources]int, hashed *int) {
-	for p := lo; p < hi; p++ {
+// and their hashes), n (by source) and hashed (pages the checks hashed);
+// with logged, only the pages a trusted write log leaves to check.
+func (t *Tracker) scanChunk(lo, hi int, logged bool, c *ScanChunk, n *[NumSources]int, hashed *int) {
+	t.eachPage(lo, hi, logged, func(p int) {
 		var src Source
 		var h uint64
 		switch {
@@ -132,7 +134,7 @@ func (t *Tracker) scanChunk(lo, hi int, c *ScanChunk, n *[NumSources]int, hashed
 			h = HashPage(t.page(p))
 			*hashed++
 			if h == t.hashes[p].Load() {
-				continue
+				return
 			}
 			src = Hash
 			if !t.samplesMatch(p) {
@@ -145,5 +147,5 @@ func (t *Tracker) scanChunk(lo, hi int, c *ScanChunk, n *[NumSources]int, hashed
 		n[src]++
 		c.Dirty = append(c.Dirty, uint32(p))
 		c.Hashes = append(c.Hashes, h)
-	}
+	})
 }

@@ -74,6 +74,12 @@ type Tracker struct {
 
 	engine     bitmap // pages the engine wrote (MarkWritten)
 	background bitmap // pages the background re-hash found changed
+	written    bitmap // pages the write log reported since they were recorded
+
+	wlMu   sync.Mutex // guards the write log fields below
+	wlog   WriteLog   // nil: none, or dropped after a failure
+	wlLost string     // why an armed log was dropped
+	wlBuf  []int      // Written's buffer, reused
 
 	bgMu sync.Mutex
 	bg   *bgRun // the running background re-hash, nil if none
@@ -118,6 +124,7 @@ func New(mem []byte, opts Options) (*Tracker, error) {
 		recorded:   newBitmap(pages),
 		engine:     newBitmap(pages),
 		background: newBitmap(pages),
+		written:    newBitmap(pages),
 		hasher:     opts.Hasher,
 	}
 	t.bufs.New = func() any { return new([PageSize]byte) }

@@ -37,8 +37,15 @@ type MigrateRequest struct {
 	MaxDowntimeMS int64 `json:"max_downtime_ms,omitempty"`
 	// DryRun checks the destination and estimates the stop phase; nothing
 	// moves (the answer is one line, {"check": ...}).
-	DryRun bool `json:"dry_run,omitempty"`
-	Streams        int    `json:"streams,omitempty"` // the vGPU stop phase's streams (0: the daemon's -streams)
+	DryRun  bool `json:"dry_run,omitempty"`
+	Streams int  `json:"streams,omitempty"` // the vGPU stop phase's streams (0: the daemon's -streams)
+	// NoTracking turns the log of the guest's aperture writes off: the
+	// stop phase hashes every page (for comparisons).
+	NoTracking bool `json:"no_tracking,omitempty"`
+	// VerifyTracking also hashes every page the write log let the stop
+	// phase skip and fails the migration if one changed (a debugging
+	// check; it costs what the log saves).
+	VerifyTracking bool `json:"verify_tracking,omitempty"`
 }
 
 // MigrateEvent is one line of a migration's answer.
@@ -198,7 +205,8 @@ func (h *Host) serveMigrate(w http.ResponseWriter, r *http.Request) {
 	// HTTP connection.
 	ctx := context.WithoutCancel(r.Context())
 	opts := MigrateOptions{
-		Precopy:       precopy.Options{Strategy: strategy, BackgroundRate: req.BackgroundRate, Streams: req.Streams},
+		Precopy:       precopy.Options{Strategy: strategy, BackgroundRate: req.BackgroundRate, Streams: req.Streams, VerifyWriteLog: req.VerifyTracking},
+		NoTracking:    req.NoTracking,
 		Progress:      func(p orchestrator.Progress) { send(MigrateEvent{Progress: &p}) },
 		MaxBandwidth:  req.MaxBandwidthMB << 20,
 		DowntimeLimit: time.Duration(req.DowntimeMS) * time.Millisecond,

@@ -35,6 +35,9 @@ type MigrateOptions struct {
 	// migration pre-copies more, or rolls back, rather than exceed it
 	// (orchestrator.Source.MaxDowntime).
 	MaxDowntime time.Duration
+	// NoTracking leaves Precopy.GuestWrites unset: no log of the guest's
+	// aperture writes, the stop phase hashes every page.
+	NoTracking bool
 }
 
 // MigrateVM moves VM name and its vGPU to the gmigd whose migration
@@ -55,6 +58,9 @@ func (h *Host) MigrateVM(ctx context.Context, name, peer string, opts MigrateOpt
 	if err != nil {
 		h.releaseVM(name, vmRunning)
 		return orchestrator.Report{}, err
+	}
+	if !opts.NoTracking && opts.Precopy.GuestWrites == nil {
+		opts.Precopy.GuestWrites = guestWrites(r.writerPID(), h.log.With().Str("vm", name).Logger())
 	}
 	h.metrics.migrationStarted("source")
 	if opts.Precopy.Streams == 0 {

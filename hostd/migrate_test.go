@@ -178,8 +178,10 @@ func checkReport(t *testing.T, rep orchestrator.Report) {
 // TestMigrateBetweenHosts migrates a simulated VM and its vGPU between two
 // gmigd over loopback TCP through the orchestrator, back and forth, while
 // its guest runs a seeded workload; each strategy is used; every report
-// holds pause → resume with its terms; the guest ends with the digest of a
-// run that was never migrated.
+// holds pause → resume with its terms; the live strategies log the guest's
+// aperture writes with uffd-wp in this process (where the simulated guest
+// writes) and the full hash confirms at each stop that the log missed no
+// page; the guest ends with the digest of a run that was never migrated.
 func TestMigrateBetweenHosts(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -199,7 +201,7 @@ func TestMigrateBetweenHosts(t *testing.T) {
 		var phases []string
 		release := midWorkload(t, ctx, vm, uint64(40*(i+1)))
 		rep, err := from.MigrateVM(ctx, "vm", to.addr, MigrateOptions{
-			Precopy: precopy.Options{Strategy: st},
+			Precopy: precopy.Options{Strategy: st, VerifyWriteLog: true},
 			Progress: func(p orchestrator.Progress) {
 				release(p)
 				if len(phases) == 0 || phases[len(phases)-1] != p.Phase {
@@ -214,6 +216,11 @@ func TestMigrateBetweenHosts(t *testing.T) {
 			t.Fatalf("migration %d: the destination says %v", i, a.Err)
 		}
 		checkReport(t, rep)
+		if p := rep.Precopy; st != precopy.StopCopy &&
+			(!strings.HasPrefix(p.Tracking, "uffd-wp (this process") || !p.Stop.WriteLog.Active || !p.Stop.WriteLogVerified) {
+			t.Fatalf("migration %d (%s): tracking %q, write log %+v, verified %v; want uffd-wp, verified", i, st,
+				p.Tracking, p.Stop.WriteLog, p.Stop.WriteLogVerified)
+		}
 		if _, err := from.GetVM("vm"); !errors.Is(err, ErrNoVM) {
 			t.Fatalf("migration %d: the source still has the VM (%v)", i, err)
 		}
@@ -232,8 +239,9 @@ func TestMigrateBetweenHosts(t *testing.T) {
 			t.Errorf("migration %d: phases %v, want %v first", i, phases, want)
 		}
 		offsets[arrived.PoolOffset] = true
-		t.Logf("migration %d (%s): downtime %.2f ms (guest saw %.2f ms), %d dirty pages, pool offset %#x", i, st,
-			ms(rep.Downtime), ms(rep.GuestGap), rep.Precopy.Stop.DirtyPages, arrived.PoolOffset)
+		t.Logf("migration %d (%s): downtime %.2f ms (guest saw %.2f ms), %d dirty pages, %d hashed, pool offset %#x; tracking %s", i, st,
+			ms(rep.Downtime), ms(rep.GuestGap), rep.Precopy.Stop.DirtyPages, rep.Precopy.Stop.PagesHashed, arrived.PoolOffset,
+			rep.Precopy.TrackingLine())
 	}
 	vm.Pace(0)
 	if err := <-done; err != nil {

@@ -156,6 +156,7 @@ func (r Report) String() string {
 		ms(p.Duration), p.Rounds, p.Pages, p.ZeroPages, mib(p.Bytes))
 	fmt.Fprintf(&b, "  vGPU at the stop: %d dirty pages (%s), %d hashed, %s sent\n",
 		s.DirtyPages, dirty.DescribeBySource(s.BySource), s.PagesHashed, mib(s.Bytes))
+	fmt.Fprintf(&b, "  tracking: %s\n", r.Precopy.TrackingLine())
 	a := r.Precopy.APILog
 	fmt.Fprintf(&b, "  API log: %d entries (%d B) raw -> %d (%d B) compacted; %d config writes replayed\n",
 		a.RawEntries, a.RawBytes, a.CompactedEntries, a.CompactedBytes, r.ConfigWrites)

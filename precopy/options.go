@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"runtime"
 
 	"github.com/rs/zerolog"
@@ -86,8 +87,31 @@ type Options struct {
 	// migration as it arrives (the caller bounds the wait with ctx or a
 	// timeout of its own); nil: the stop phase on one stream only.
 	NextStream func(ctx context.Context) (io.Reader, error)
-	Log        zerolog.Logger
+	// GuestWrites, if set, is called once by NewSource (not for
+	// stop-and-copy) with the vGPU's aperture memfd for a log of the
+	// guest CPU's writes to it (internal/guestwrites.Open): the log, nil
+	// when none can be trusted, and the line that names the mechanism
+	// and why (the report's Tracking). The Source arms it before reading any page, so
+	// the stop phase hashes only written pages and the engine's marks,
+	// and closes it when the migration ends.
+	GuestWrites func(aperture *os.File) (WriteLog, string)
+	// VerifyWriteLog makes the stop phase also hash every page the write
+	// log let it skip, and fail the migration (ErrWriteLogMissed) if one
+	// changed: the full hash as the log's oracle, for tests. It costs the
+	// hashing the log saves.
+	VerifyWriteLog bool
+	Log            zerolog.Logger
 }
+
+// WriteLog is a log of the guest CPU's writes that the Source closes.
+type WriteLog interface {
+	dirty.WriteLog
+	Close() error
+}
+
+// ErrWriteLogMissed fails a stop phase whose VerifyWriteLog found a page
+// that changed without the write log reporting it.
+var ErrWriteLogMissed = errors.New("precopy: the write log missed changed pages")
 
 // WithDefaults returns o with its zero fields set to the defaults, or an
 // error saying which field is invalid.

@@ -16,6 +16,10 @@ import (
 // stream's summary Meta), so either side can log the whole picture.
 type Report struct {
 	Strategy Strategy
+	// Tracking names how the source learned which pages the guest CPU
+	// wrote: "uffd-wp (pid 1234, 1 mapping(s))", or "full hash (...)"
+	// with why no write log was trusted.
+	Tracking string
 	Precopy  PrecopyReport
 	Stop     StopReport
 	// HashRate is the final scan's hash throughput in bytes/s (bytes it
@@ -59,6 +63,12 @@ type StopReport struct {
 	// migration, sent at the stop for the destination to write into the
 	// VM's RAM (the VMM's own migration does not see device writes).
 	GuestRAMPages int
+	// WriteLog is what the write log did for the final scan: whether it
+	// was trusted, how many pages it had as written, why it was lost.
+	WriteLog dirty.WriteLogStats
+	// WriteLogVerified says VerifyWriteLog hashed every page the log
+	// let the scan skip and found none changed.
+	WriteLogVerified bool
 }
 
 // Other is the part of Total that none of the measured parts covers: the
@@ -72,6 +82,7 @@ func (r Report) String() string {
 	var b strings.Builder
 	p, s := r.Precopy, r.Stop
 	fmt.Fprintf(&b, "strategy   %s\n", r.Strategy)
+	fmt.Fprintf(&b, "tracking   %s\n", r.TrackingLine())
 	fmt.Fprintf(&b, "pre-copy   %s ms, %d round(s), %d pages (%d zero), %s",
 		ms(p.Duration), p.Rounds, p.Pages, p.ZeroPages, mib(p.Bytes))
 	if p.Background.Passes > 0 || p.Background.PagesHashed > 0 {
@@ -87,6 +98,20 @@ func (r Report) String() string {
 	fmt.Fprintf(&b, "api log    %d entries (%d B) raw, %d entries (%d B) compacted\n",
 		a.RawEntries, a.RawBytes, a.CompactedEntries, a.CompactedBytes)
 	return b.String()
+}
+
+// TrackingLine is Tracking with what the write log did at the stop.
+func (r Report) TrackingLine() string {
+	w := r.Stop.WriteLog
+	switch {
+	case w.Lost != "":
+		return fmt.Sprintf("%s; lost before the stop, every page hashed: %s", r.Tracking, w.Lost)
+	case w.Active && r.Stop.WriteLogVerified:
+		return fmt.Sprintf("%s; %d page(s) written at the stop, verified by the full hash", r.Tracking, w.Written)
+	case w.Active:
+		return fmt.Sprintf("%s; %d page(s) written at the stop", r.Tracking, w.Written)
+	}
+	return r.Tracking
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d)/float64(time.Millisecond)) }

@@ -48,6 +48,7 @@ type Source struct {
 	w    *stream.Writer
 	mem  []byte
 	ram  ramWrites // guest RAM the engine wrote since NewSource
+	wlog WriteLog  // the guest's writes (Options.GuestWrites), nil if none; closed with tracking
 
 	// Live-phase batch buffers, reused: no allocation per page.
 	pages  []int
@@ -111,6 +112,7 @@ func NewSource(v *vgpu.VGPU, conn io.ReadWriter, opts Options) (*Source, error) 
 	if err := populate(mem, false); err != nil {
 		log.Warn().Err(err).Msg("populating the source partition; holes fault in when read")
 	}
+	wlog, tracking := openWriteLog(v, tr, opts, log)
 	w, err := stream.NewWriter(conn)
 	if err == nil {
 		spec := v.Spec()
@@ -121,21 +123,23 @@ func NewSource(v *vgpu.VGPU, conn io.ReadWriter, opts Options) (*Source, error) 
 	}
 	if err != nil {
 		_ = v.ObserveWrites(nil)
+		closeWriteLog(wlog, log)
 		return nil, fmt.Errorf("precopy: %w", err)
 	}
 	s := &Source{
-		v: v, conn: conn, opts: opts, log: log, tr: tr, w: w, mem: mem,
+		v: v, conn: conn, opts: opts, log: log, tr: tr, w: w, mem: mem, wlog: wlog,
 		pages:   make([]int, liveBatch),
 		idx:     make([]uint32, liveBatch),
 		copies:  make([]byte, liveBatch*dirty.PageSize),
 		hashes:  make([]uint64, 0, liveBatch),
 		verdict: make(chan verdictResult, 1),
-		report:  Report{Strategy: opts.Strategy},
+		report:  Report{Strategy: opts.Strategy, Tracking: tracking},
 	}
 	// The engine's writes into guest RAM, which the VMM's migration does
 	// not see, are sent at the stop (guestram.go).
 	if err := v.ObserveGuestWrites(s.ram.note); err != nil {
 		_ = v.ObserveWrites(nil)
+		closeWriteLog(wlog, log)
 		return nil, fmt.Errorf("precopy: guest RAM writes: %w", err)
 	}
 	if !opts.NoVerdict {
@@ -296,6 +300,8 @@ func (s *Source) Close() {
 func (s *Source) stopTrackingLocked() {
 	s.v.ObserveWrites(nil)
 	s.v.ObserveGuestWrites(nil)
+	closeWriteLog(s.wlog, s.log)
+	s.wlog = nil
 	if s.bgStop != nil {
 		s.report.Precopy.Background = s.bgStop()
 		s.bgStop = nil

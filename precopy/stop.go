@@ -93,6 +93,9 @@ func (s *Source) stop(ctx context.Context, rep *Report) error {
 			return err
 		}
 	}
+	if err := s.verifyWriteLog(ctx, rep); err != nil {
+		return err
+	}
 	n, err := s.sendGuestRAM()
 	if err != nil {
 		return err
@@ -148,6 +151,7 @@ func (s *Source) finalScan(ctx context.Context, rep *Report) ([]uint32, error) {
 		return nil, err
 	}
 	rep.Stop.DirtyPages, rep.Stop.BySource, rep.Stop.PagesHashed = len(res.Dirty), res.BySource, res.PagesHashed
+	rep.Stop.WriteLog = res.WriteLog
 	if secs := res.Duration.Seconds(); secs > 0 {
 		rep.HashRate = float64(res.BytesHashed) / secs
 	}
@@ -209,6 +213,7 @@ func (s *Source) scanAndSend(ctx context.Context, rep *Report) (scanned time.Tim
 		total += n
 	}
 	rep.Stop.DirtyPages, rep.Stop.BySource, rep.Stop.PagesHashed = total, res.BySource, res.PagesHashed
+	rep.Stop.WriteLog = res.WriteLog
 	if s.opts.Strategy == StopCopy {
 		// Nothing was recorded: every page is Unrecorded, whatever
 		// else marked it.
@@ -229,6 +234,27 @@ func (s *Source) sendPages(idx []uint32) error {
 	_, err := s.w.WritePages(idx, s.mem, nil)
 	s.noteSent()
 	return err
+}
+
+// verifyWriteLog runs Options.VerifyWriteLog's oracle after the final
+// scan (memory frozen): every page the write log let the scan skip is
+// hashed, and one that changed fails the stop phase. Its time counts in
+// the transfer term.
+func (s *Source) verifyWriteLog(ctx context.Context, rep *Report) error {
+	if !s.opts.VerifyWriteLog || !rep.Stop.WriteLog.Active {
+		return nil
+	}
+	missed, err := s.tr.VerifyWriteLog(ctx)
+	if err != nil {
+		return err
+	}
+	if len(missed) > 0 {
+		s.log.Error().Ints("pages", missed[:min(len(missed), 16)]).Int("missed", len(missed)).
+			Str("tracking", rep.Tracking).Msg("the write log missed changed pages")
+		return fmt.Errorf("%w: %d page(s), first %v", ErrWriteLogMissed, len(missed), missed[:min(len(missed), 16)])
+	}
+	rep.Stop.WriteLogVerified = true
+	return nil
 }
 
 // sendState sends the device state, the API log and the front end's

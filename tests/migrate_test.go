@@ -283,11 +283,15 @@ func TestMigrateQEMU(t *testing.T) {
 		machine, irq string
 		steps, fps   int
 	}{{"pc", "intx", 600, 20}, {"q35", "msi", 4000, 130}} {
-		t.Run(c.machine+"-"+c.irq, func(t *testing.T) { migrateBackAndForth(t, e, c.machine, c.irq, c.steps, c.fps) })
+		t.Run(c.machine+"-"+c.irq, func(t *testing.T) { migrateBackAndForth(t, e, c.machine, c.irq, c.steps, c.fps, false) })
 	}
 }
 
-func migrateBackAndForth(t *testing.T, e env, machine, irq string, steps, fps int) {
+// migrateBackAndForth runs the guest's workload at A, migrates it to B
+// (one-shot) and back (iterative) and checks its digest; with verify,
+// both migrations run the full hash as the write log's oracle
+// (verify_tracking) and must report QEMU's writes logged by uffd-wp.
+func migrateBackAndForth(t *testing.T, e env, machine, irq string, steps, fps int, verify bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*e2eTimeout())
 	defer cancel()
 	p := newPair(t, ctx, e)
@@ -301,24 +305,30 @@ func migrateBackAndForth(t *testing.T, e env, machine, irq string, steps, fps in
 	conA := p.startVM("vm", e.vmSpec(machine, irq, steps, fps))
 	at := waitStep(ctx, t, conA, steps/10)
 	t.Logf("A→B at step %d", at)
-	rep, err := a.Client.Migrate(ctx, "vm", hostd.MigrateRequest{To: b.Addr}, nil)
+	rep, err := a.Client.Migrate(ctx, "vm", hostd.MigrateRequest{To: b.Addr, VerifyTracking: verify}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkMigrated(t, rep, a, b, "vm")
+	if verify {
+		checkTracked(t, rep)
+	}
 
 	conB := cluster.Follow(b.Console("vm"))
 	defer conB.Close()
 	at = waitStep(ctx, t, conB, at+1)
 	at = waitStep(ctx, t, conB, at+steps/10)
 	t.Logf("B→A at step %d", at)
-	rep, err = b.Client.Migrate(ctx, "vm", hostd.MigrateRequest{To: a.Addr, Strategy: "iterative", Streams: 3}, nil)
+	rep, err = b.Client.Migrate(ctx, "vm", hostd.MigrateRequest{To: a.Addr, Strategy: "iterative", Streams: 3, VerifyTracking: verify}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkMigrated(t, rep, b, a, "vm")
 	if n := rep.Precopy.Stop.Streams; n != 3 {
 		t.Errorf("B→A stop phase on %d streams, want 3", n)
+	}
+	if verify {
+		checkTracked(t, rep)
 	}
 	conA2 := cluster.Follow(a.Console("vm"))
 	defer conA2.Close()

@@ -50,6 +50,7 @@ type benchConfig struct {
 	compareSerial bool // also oneshot with the serial stop phase (before/after)
 	runs          int
 	bgRate        int
+	noTracking    bool // no log of the guest's aperture writes: the stop phase hashes every page
 	workers       int
 	streams       int // the vGPU stop phase's streams (0: precopy.DefaultStreams)
 
@@ -114,6 +115,7 @@ func cmdBench(args []string) error {
 	fs.IntVar(&c.workers, "workers", 0, "hashing workers (default GOMAXPROCS)")
 	fs.IntVar(&c.streams, "streams", 0, fmt.Sprintf("in-process: the vGPU stop phase's streams, 1 … %d (0: %d here); each run prints its GB/s beside the loopback of as many streams",
 		precopy.MaxDefaultStreams, precopy.DefaultStreams()))
+	fs.BoolVar(&c.noTracking, "no-tracking", false, "in-process matrix: no log of the guest's aperture writes (the stop phase hashes every page), for before/after")
 	fs.DurationVar(&c.overhead, "overhead", 0, "measure dirty tracking's steady-state cost for this long (0: skip), alternating off and on")
 	ovProfile := fs.String("overhead-profile", "render:fps=0", "the overhead measurement's workload (unpaced: throughput)")
 	ovMem := cmdline.ByteSize(256 << 20)

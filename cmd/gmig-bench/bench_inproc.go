@@ -173,7 +173,8 @@ func (c *benchConfig) migrateInProc(ctx context.Context, bc benchCase, v benchVa
 	var atLive guest.WorkloadStats
 	var liveEnd time.Time
 	rep, err := p.Migrate(ctx, 0, "bench", hostd.MigrateOptions{
-		Precopy: precopy.Options{Strategy: v.Strategy, BackgroundRate: c.bgRate, Workers: c.workers, SerialStop: v.Serial, Streams: c.streams},
+		Precopy:    precopy.Options{Strategy: v.Strategy, BackgroundRate: c.bgRate, Workers: c.workers, SerialStop: v.Serial, Streams: c.streams},
+		NoTracking: c.noTracking,
 		Progress: func(pr orchestrator.Progress) {
 			switch pr.Phase {
 			case orchestrator.PhaseVGPULive:

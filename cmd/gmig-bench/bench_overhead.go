@@ -6,7 +6,11 @@ import (
 	"slices"
 	"time"
 
+	"github.com/rs/zerolog"
+
+	"github.com/gmig-dev/gmig/abi"
 	"github.com/gmig-dev/gmig/dirty"
+	"github.com/gmig-dev/gmig/internal/guestwrites"
 	"github.com/gmig-dev/gmig/internal/inproc"
 	"github.com/gmig-dev/gmig/internal/vgpu"
 )
@@ -30,21 +34,25 @@ type overheadResult struct {
 	OverheadPct float64   `json:"overhead_pct"` // (1 − Median) × 100
 	BgHashed    int       `json:"background_pages_hashed"`
 	Load1       float64   `json:"load1"`
+	// WriteLog names the guest-write log that ran with the marks ("" for
+	// none): armed at each "on" window's start and read at its end, as a
+	// one-shot migration whose pre-copy lasts one window arms and reads it.
+	WriteLog string `json:"write_log,omitempty"`
 }
 
 // overheadPairs is how many off/on pairs each measurement takes.
 const overheadPairs = 20
 
 // measureOverhead runs the overhead workload unpaced on one host and, in
-// the same run, measures two kinds of tracking against none: the marks of
-// the engine's writes alone (a one-shot migration without background
-// re-hash, the default), and the marks with the background re-hash at
-// -overhead-background-rate.
+// the same run, measures three kinds of tracking against none: the marks
+// of the engine's writes alone (a one-shot migration without background
+// re-hash, the default), the marks with the background re-hash at
+// -overhead-background-rate, and the marks with the guest-write log.
 func (c *benchConfig) measureOverhead(ctx context.Context) ([]overheadResult, error) {
 	w := c.workload(c.overheadProfile)
 	w.FPS = -1
-	window := c.overhead / (2 * 2 * overheadPairs)
-	c.statusf("== tracking overhead: %s on %s, %d windows of %v alternating off/on, twice (marks; marks + background re-hash at %d pages/s)\n",
+	window := c.overhead / (3 * 2 * overheadPairs)
+	c.statusf("== tracking overhead: %s on %s, %d windows of %v alternating off/on, three times (marks; marks + background re-hash at %d pages/s; marks + guest-write log)\n",
 		w.Spec(), sizeString(c.overheadMem), 2*overheadPairs, window, c.overheadBgRate)
 	p, err := inproc.New(c.overheadMem+(32<<20), c.log, nil)
 	if err != nil {
@@ -75,7 +83,11 @@ func (c *benchConfig) measureOverhead(ctx context.Context) ([]overheadResult, er
 		return nil, err
 	}
 	var out []overheadResult
-	for _, bg := range []int{0, c.overheadBgRate} {
+	for _, variant := range []struct {
+		bg  int
+		log bool
+	}{{0, false}, {c.overheadBgRate, false}, {0, true}} {
+		bg := variant.bg
 		res := overheadResult{Workload: w.Spec(), Mem: c.overheadMem, BackgroundRate: bg, WindowMS: ms(window), Load1: loadAvg()}
 		measure := func(on bool) (float64, error) {
 			var stop func() dirty.BackgroundStats
@@ -85,6 +97,14 @@ func (c *benchConfig) measureOverhead(ctx context.Context) ([]overheadResult, er
 				}
 				if bg > 0 {
 					stop = tr.StartBackground(ctx, bg)
+				}
+				if variant.log {
+					mode, end, err := armWriteLog(v, c.log)
+					if err != nil {
+						return 0, err
+					}
+					res.WriteLog = mode
+					defer end()
 				}
 			}
 			before := vm.Workload().Stats()
@@ -150,7 +170,10 @@ func median(v []float64) float64 {
 
 func (o overheadResult) table() table {
 	what := "engine-write marks"
-	if o.BackgroundRate > 0 {
+	switch {
+	case o.WriteLog != "":
+		what = fmt.Sprintf("engine-write marks and the guest-write log (%s, armed per window)", o.WriteLog)
+	case o.BackgroundRate > 0:
 		what = fmt.Sprintf("engine-write marks and background re-hash at %d pages/s", o.BackgroundRate)
 	}
 	t := table{title: fmt.Sprintf("Steady-state cost of dirty tracking: %s on %s unpaced, %s on vs off, %d pairs of %.0f ms windows (ABBA); load %.1f",
@@ -163,4 +186,26 @@ func (o overheadResult) table() table {
 	t.rows = [][]string{{f1(median(o.OffMiBs)), f1(median(o.OnMiBs)), f3(o.Median), f3(lo), f3(hi),
 		fmt.Sprintf("%.2f %%", o.OverheadPct), fmt.Sprint(o.BgHashed)}}
 	return t
+}
+
+// armWriteLog opens and arms the guest-write log a migration of v would
+// use (this process's mappings: the simulated guest runs here); end reads
+// it once, as a stop phase does, and closes it.
+func armWriteLog(v *vgpu.VGPU, log zerolog.Logger) (mode string, end func(), err error) {
+	ri, err := v.RegionInfo(abi.BARAperture)
+	if err != nil {
+		return "", nil, err
+	}
+	l, c := guestwrites.Open(0, ri.File, log)
+	if l == nil {
+		return "", nil, fmt.Errorf("no guest-write log: %s", c)
+	}
+	if err := l.Arm(); err != nil {
+		l.Close()
+		return "", nil, err
+	}
+	return c.Mode, func() {
+		_, _ = l.Written(nil)
+		l.Close()
+	}, nil
 }

@@ -100,7 +100,16 @@ func (v *VGPU) WriteRegion(index uint32, off uint64, p []byte) error {
 		if err := checkRange(off, len(p), v.cfg.MemSize); err != nil {
 			return err
 		}
-		return v.withMemory(func(mem []byte) { copy(mem[off:], p) })
+		if err := v.withMemory(func(mem []byte) { copy(mem[off:], p) }); err != nil {
+			return err
+		}
+		// A trapped store (QEMU traps the BAR while INTx is pending) is
+		// gmigd's own write, which no write log of QEMU's mapping sees:
+		// it is reported like the engine's, after it landed.
+		if f := v.wroteHook.Load(); f != nil {
+			(*f)(off, uint64(len(p)))
+		}
+		return nil
 	case vfio.PCIConfigRegionIndex:
 		if err := checkRange(off, len(p), configSpaceSize); err != nil {
 			return err

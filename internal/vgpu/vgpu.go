@@ -223,8 +223,10 @@ func (v *VGPU) Stats() Stats {
 var ErrObserved = errors.New("vgpu: engine writes already observed (a migration is in progress)")
 
 // ObserveWrites makes the engine report every graphics-memory range it
-// writes to f, as byte offsets into Memory(), until ObserveWrites(nil). f is
-// called from the engine goroutine and must be quick (a dirty tracker's
+// writes to f, as byte offsets into Memory(), until ObserveWrites(nil);
+// the guest's trapped aperture stores (vfio-user region writes, which gmigd
+// performs) are reported the same way. f is called from the engine
+// goroutine or the vfio-user server's and must be quick (a dirty tracker's
 // MarkWritten). There is one observer at a time: setting a second fails
 // with ErrObserved.
 func (v *VGPU) ObserveWrites(f func(off, n uint64)) error {

@@ -304,3 +304,24 @@ func TestObserveWrites(t *testing.T) {
 		t.Fatal("the FILL did not land")
 	}
 }
+
+// TestObserveTrappedApertureWrites: a guest store that reaches gmigd as a
+// region write (QEMU traps the BAR while INTx is pending) is reported like
+// the engine's, after it landed: no write log of QEMU's mapping sees it.
+func TestObserveTrappedApertureWrites(t *testing.T) {
+	p := newPool(t, 4<<20)
+	v := newVGPU(t, p, "v", 1<<20)
+	var got [][2]uint64
+	if err := v.ObserveWrites(func(off, n uint64) {
+		if v.Memory()[off] != 0xab {
+			t.Error("reported before the store landed")
+		}
+		got = append(got, [2]uint64{off, n})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	write(t, v, abi.BARAperture, 3*abi.PageSize+17, []byte{0xab, 0xab})
+	if len(got) != 1 || got[0] != [2]uint64{3*abi.PageSize + 17, 2} {
+		t.Fatalf("observed %v, want the store's range", got)
+	}
+}

@@ -1,0 +1,9 @@
+package uffdwp
+
+import "testing"
+
+func TestSelfTest(t *testing.T) {
+	if err := SelfTest(); err != nil {
+		t.Fatal(err)
+	}
+}
