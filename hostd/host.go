@@ -52,6 +52,14 @@ type Config struct {
 	// host's clock: the largest gap between consecutive values is the
 	// guest-observed downtime.
 	OnHeartbeat func(vgpu string, value uint64, at time.Time)
+	// GPU is the GPU cuda vGPUs run on (gpu.go): "" CUDA's first, as
+	// always; an index or a UUID as `gmigd status` lists them; GPUNone:
+	// cuda vGPUs are refused. One not on the host fails New.
+	GPU string
+	// GPULockDir holds the per-GPU locks that keep two gmigd off one GPU
+	// (gmigd serve: DefaultGPULockDir); "": no lock is taken (in-process
+	// hosts that share a GPU on purpose).
+	GPULockDir string
 }
 
 // Sentinel errors callers branch on (the control API maps them to HTTP
@@ -115,6 +123,8 @@ type Host struct {
 
 	metrics *metrics
 	lock    *os.File // RunDir's lock, held until Close
+	gpu     *GPU     // the GPU cuda vGPUs run on (nil: none chosen)
+	gpuLock *os.File // its lock in GPULockDir, held until Close
 }
 
 // served is a vGPU with its vfio-user listener and server goroutine.
@@ -152,7 +162,12 @@ func New(cfg Config) (*Host, error) {
 		lock.Close()
 		return nil, err
 	}
+	if err := h.claimGPU(); err != nil {
+		lock.Close()
+		return nil, err
+	}
 	if h.pool, err = pool.New(cfg.PoolSize); err != nil {
+		h.releaseGPU()
 		lock.Close()
 		return nil, fmt.Errorf("hostd: creating %d-byte pool: %w", cfg.PoolSize, err)
 	}
@@ -202,6 +217,10 @@ func (h *Host) createLocked(cfg vgpu.Config, state string) (*served, error) {
 	}
 	if _, ok := h.vgpus[cfg.Name]; ok {
 		return nil, fmt.Errorf("%w: %s", ErrExists, cfg.Name)
+	}
+	cfg, err := h.gpuFor(cfg)
+	if err != nil {
+		return nil, err
 	}
 	beats := orchestrator.NewHeartbeats()
 	name, own, all := cfg.Name, cfg.OnHeartbeat, h.cfg.OnHeartbeat
@@ -399,6 +418,7 @@ func (h *Host) Close() error {
 		errs = append(errs, h.shutdown(s))
 	}
 	errs = append(errs, h.pool.Close())
+	h.releaseGPU()
 	errs = append(errs, h.lock.Close()) // the run directory is free for the next gmigd
 	h.log.Info().Msg("host shut down")
 	return errors.Join(errs...)
