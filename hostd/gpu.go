@@ -244,7 +244,11 @@ func (h *Host) claimGPU() error {
 		if err != nil {
 			return err
 		}
-		me, _ := json.Marshal(GPUOwner{PID: os.Getpid(), RunDir: h.cfg.RunDir})
+		runDir, err := filepath.Abs(h.cfg.RunDir)
+		if err != nil {
+			return fmt.Errorf("hostd: the run dir: %w", err)
+		}
+		me, _ := json.Marshal(GPUOwner{PID: os.Getpid(), RunDir: runDir})
 		f, holder, err := takeLock(path, 0o644, append(me, '\n'))
 		if errors.Is(err, errLockHeld) {
 			var o GPUOwner

@@ -68,6 +68,7 @@ func cmdServe(args []string) error {
 	mig.register(fs)
 	var tos migrationTimeouts
 	tos.register(fs)
+	gpu := registerGPU(fs, true)
 	config := registerConfig(fs)
 	if _, err := parseN(fs, args); err != nil {
 		return err
@@ -90,7 +91,7 @@ func cmdServe(args []string) error {
 	if err != nil {
 		return err
 	}
-	h, err := hostd.New(hostd.Config{PoolSize: uint64(poolSize), RunDir: *runDir, Log: log, QEMURoot: qemu.Root(*qemuRoot), Transport: transport, Timeouts: timeouts})
+	h, err := hostd.New(gpu.config(hostd.Config{PoolSize: uint64(poolSize), RunDir: *runDir, Log: log, QEMURoot: qemu.Root(*qemuRoot), Transport: transport, Timeouts: timeouts}))
 	if err != nil {
 		return err
 	}
