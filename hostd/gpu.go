@@ -175,6 +175,10 @@ func chooseGPU(sel string, r GPUReport) (GPU, error) {
 	return GPU{}, fmt.Errorf("%w: %s; %s", ErrNoGPU, what, describeGPUs(r))
 }
 
+// ChooseGPU finds the GPU Config.GPU sel names, as New would (ErrNoGPU
+// naming the host's GPUs if it is not there), without owning it.
+func ChooseGPU(sel string) (GPU, error) { return chooseGPU(sel, gpuTable()) }
+
 // uuidRE is what a GPU UUID may be to name a lock file.
 var uuidRE = regexp.MustCompile(`^[A-Za-z0-9-]{1,96}$`)
 
