@@ -50,11 +50,12 @@ func TestGPUChoice(t *testing.T) {
 		if r := h.GPUs(); r.Chosen == nil || r.Chosen.UUID != c.want || r.Source != "model" || len(r.GPUs) != 2 {
 			t.Fatalf("-gpu %q: %+v, want %s chosen of 2 model GPUs", c.sel, r, c.want)
 		}
-		if _, err := h.Create(vgpu.Config{Name: "g", MemSize: 1 << 20, Backend: vgpu.BackendCUDA}); err != nil {
+		info, err := h.Create(vgpu.Config{Name: "g", MemSize: 1 << 20, Backend: vgpu.BackendCUDA})
+		if err != nil {
 			t.Fatal(err)
 		}
-		if got := vgpuGPU(t, h, "g"); got != c.want {
-			t.Fatalf("-gpu %q: the cuda vGPU runs on %s, want %s", c.sel, got, c.want)
+		if got := vgpuGPU(t, h, "g"); got != c.want || info.GPU != c.want {
+			t.Fatalf("-gpu %q: the cuda vGPU runs on %s (listed on %q), want %s", c.sel, got, info.GPU, c.want)
 		}
 		h.Close()
 	}

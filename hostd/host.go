@@ -94,7 +94,8 @@ type Info struct {
 	Socket     string     `json:"socket"`
 	MemSize    uint64     `json:"mem_size"`
 	GTTEntries uint32     `json:"gtt_entries"`
-	Backend    string     `json:"backend"` // software or cuda
+	Backend    string     `json:"backend"`       // software or cuda
+	GPU        string     `json:"gpu,omitempty"` // cuda: the UUID of the GPU it runs on
 	PoolOffset uint64     `json:"pool_offset"`
 	Stats      vgpu.Stats `json:"stats"`
 }
@@ -279,10 +280,14 @@ func (h *Host) serveLocked(v *vgpu.VGPU) (*served, error) {
 
 func (s *served) info() Info {
 	c := s.v.Config()
-	return Info{
+	info := Info{
 		Name: c.Name, State: s.state, Socket: s.socket, MemSize: c.MemSize, GTTEntries: c.GTTEntries, Backend: c.Backend,
 		PoolOffset: s.v.Partition().Offset, Stats: s.v.Stats(),
 	}
+	if g := s.v.GPU(); g != nil {
+		info.GPU = g.GPU().Info().UUID
+	}
+	return info
 }
 
 // Get returns one vGPU's description.
