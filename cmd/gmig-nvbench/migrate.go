@@ -38,6 +38,7 @@ func cmdMigrate(args []string) error {
 	fs.Var(&msizes, "sizes", "vGPU sizes for the downtime matrix")
 	fracs := fs.String("dirty", "0.001,0.01,0.1", "fractions of pages dirtied between the pre-copy and the pause")
 	skipWorkload := fs.Bool("skip-workload", false, "only the downtime matrix")
+	skipDowntime := fs.Bool("skip-downtime", false, "only the workload migrations")
 	strats := fs.String("strategies", "oneshot,oneshot+gpu,oneshot+split,stopcopy",
 		"downtime strategies: oneshot (final scan on the CPU workers), oneshot+gpu (on the GPU), oneshot+split (both at once), stopcopy")
 	gpuShare := fs.Float64("gpu-share", 0.4, "oneshot+split: the GPU's share of the pages")
@@ -72,6 +73,9 @@ func cmdMigrate(args []string) error {
 		if err := workloadMigrations(ctx, log, gp, *roundTrip, uint64(wmem), *steps, *seed); err != nil {
 			return err
 		}
+	}
+	if *skipDowntime {
+		return nil
 	}
 	return downtimeMatrix(ctx, log, gp, msizes, fr, strings.Split(*strats, ","), *gpuShare, *seed)
 }
