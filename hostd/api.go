@@ -28,6 +28,7 @@ import (
 //	POST   /v1/vgpus                create   {"name": "...", "mem_size": N, "gtt_entries": N}
 //	GET    /v1/vgpus/{name}         describe
 //	DELETE /v1/vgpus/{name}         destroy
+//	GET    /v1/gpus                 the host's GPUs, their owners, this gmigd's (GPUReport)
 //	GET    /v1/vms                  list VMs
 //	POST   /v1/vms                  start a QEMU VM with a vGPU (StartVMRequest)
 //	GET    /v1/vms/{name}           describe
@@ -48,8 +49,9 @@ import (
 // are refused. Errors are {"error": "..."} with 400 (bad request), 404 (no
 // such vGPU or VM), 409 (exists, its state does not allow it, or the vGPU
 // is held by a migration or used by a VM, with which), 503 (the host
-// cannot do it: no QEMU installed, no KVM, shutting down), 507 (the pool
-// has no room for the vGPU) or 500 (anything else).
+// cannot do it: no QEMU installed, no KVM, no GPU for a cuda vGPU,
+// shutting down), 507 (the pool has no room for the vGPU) or 500
+// (anything else).
 
 // CreateRequest is the body of POST /v1/vgpus.
 type CreateRequest struct {
@@ -105,6 +107,9 @@ func (h *Host) Handler() http.Handler {
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("GET /v1/gpus", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, h.GPUs())
 	})
 	h.vmRoutes(mux)
 	h.jobRoutes(mux)
@@ -166,7 +171,7 @@ func writeError(w http.ResponseWriter, err error) {
 		code = http.StatusBadRequest
 	case errors.Is(err, pool.ErrNoSpace):
 		code = http.StatusInsufficientStorage // the request is fine; the pool has no room for it now
-	case errors.Is(err, qemu.ErrNoRoot), errors.Is(err, qemu.ErrNoKVM), errors.Is(err, ErrClosed):
+	case errors.Is(err, qemu.ErrNoRoot), errors.Is(err, qemu.ErrNoKVM), errors.Is(err, ErrClosed), errors.Is(err, ErrNoGPU):
 		code = http.StatusServiceUnavailable // this host cannot run it (no QEMU, no KVM) or is shutting down
 	}
 	writeJSON(w, code, map[string]string{"error": err.Error()})
@@ -280,6 +285,12 @@ func (c *Client) send(req *http.Request) (*http.Response, error) {
 func (c *Client) List() ([]Info, error) {
 	var out []Info
 	return out, c.do(http.MethodGet, "/v1/vgpus", nil, &out)
+}
+
+// GPUs lists the host's GPUs, their owners and the daemon's own.
+func (c *Client) GPUs() (GPUReport, error) {
+	var out GPUReport
+	return out, c.do(http.MethodGet, "/v1/gpus", nil, &out)
 }
 
 // Create creates a vGPU.

@@ -56,6 +56,14 @@ type Config struct {
 	// host's clock: the largest gap between consecutive values is the
 	// guest-observed downtime.
 	OnHeartbeat func(vgpu string, value uint64, at time.Time)
+	// GPU is the GPU cuda vGPUs run on (gpu.go): "" CUDA's first, as
+	// always; an index or a UUID as `gmigd status` lists them; GPUNone:
+	// cuda vGPUs are refused. One not on the host fails New.
+	GPU string
+	// GPULockDir holds the per-GPU locks that keep two gmigd off one GPU
+	// (gmigd serve: DefaultGPULockDir); "": no lock is taken (in-process
+	// hosts that share a GPU on purpose).
+	GPULockDir string
 }
 
 // Sentinel errors callers branch on (the control API maps them to HTTP
@@ -90,7 +98,8 @@ type Info struct {
 	Socket     string     `json:"socket"`
 	MemSize    uint64     `json:"mem_size"`
 	GTTEntries uint32     `json:"gtt_entries"`
-	Backend    string     `json:"backend"` // software or cuda
+	Backend    string     `json:"backend"`       // software or cuda
+	GPU        string     `json:"gpu,omitempty"` // cuda: the UUID of the GPU it runs on
 	PoolOffset uint64     `json:"pool_offset"`
 	Stats      vgpu.Stats `json:"stats"`
 }
@@ -120,6 +129,8 @@ type Host struct {
 	metrics *metrics
 	lock    *os.File // RunDir's lock, held until Close
 	jobs    jobTable // outgoing migrations (jobs.go)
+	gpu     *GPU     // the GPU cuda vGPUs run on (nil: none chosen)
+	gpuLock *os.File // its lock in GPULockDir, held until Close
 }
 
 // served is a vGPU with its vfio-user listener and server goroutine.
@@ -157,7 +168,12 @@ func New(cfg Config) (*Host, error) {
 		lock.Close()
 		return nil, err
 	}
+	if err := h.claimGPU(); err != nil {
+		lock.Close()
+		return nil, err
+	}
 	if h.pool, err = pool.New(cfg.PoolSize); err != nil {
+		h.releaseGPU()
 		lock.Close()
 		return nil, fmt.Errorf("hostd: creating %d-byte pool: %w", cfg.PoolSize, err)
 	}
@@ -207,6 +223,10 @@ func (h *Host) createLocked(cfg vgpu.Config, state string) (*served, error) {
 	}
 	if _, ok := h.vgpus[cfg.Name]; ok {
 		return nil, fmt.Errorf("%w: %s", ErrExists, cfg.Name)
+	}
+	cfg, err := h.gpuFor(cfg)
+	if err != nil {
+		return nil, err
 	}
 	beats := orchestrator.NewHeartbeats()
 	name, own, all := cfg.Name, cfg.OnHeartbeat, h.cfg.OnHeartbeat
@@ -265,10 +285,14 @@ func (h *Host) serveLocked(v *vgpu.VGPU) (*served, error) {
 
 func (s *served) info() Info {
 	c := s.v.Config()
-	return Info{
+	info := Info{
 		Name: c.Name, State: s.state, Socket: s.socket, MemSize: c.MemSize, GTTEntries: c.GTTEntries, Backend: c.Backend,
 		PoolOffset: s.v.Partition().Offset, Stats: s.v.Stats(),
 	}
+	if g := s.v.GPU(); g != nil {
+		info.GPU = g.GPU().Info().UUID
+	}
+	return info
 }
 
 // Get returns one vGPU's description.
@@ -404,6 +428,7 @@ func (h *Host) Close() error {
 		errs = append(errs, h.shutdown(s))
 	}
 	errs = append(errs, h.pool.Close())
+	h.releaseGPU()
 	errs = append(errs, h.lock.Close()) // the run directory is free for the next gmigd
 	h.log.Info().Msg("host shut down")
 	return errors.Join(errs...)

@@ -3,6 +3,7 @@ package hostd
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,34 +35,75 @@ func (e runDirInUse) Is(target error) bool { return target == ErrRunDirInUse }
 
 // lockRunDir takes dir's lock file without waiting and writes this
 // process's pid in it; the lock lasts until the file is closed (or the
-// process ends: a killed gmigd leaves no lock behind). The file is
-// close-on-exec, so the QEMUs gmigd starts never hold it.
+// process ends: a killed gmigd leaves no lock behind).
 func lockRunDir(dir string) (*os.File, error) {
-	path := filepath.Join(dir, lockFileName)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o640)
+	f, holder, err := takeLock(filepath.Join(dir, lockFileName), 0o640, fmt.Appendf(nil, "%d\n", os.Getpid()))
+	if errors.Is(err, errLockHeld) {
+		pid := strings.TrimSpace(holder)
+		if pid == "" {
+			pid = "unknown"
+		}
+		return nil, runDirInUse{dir: dir, pid: pid}
+	}
 	if err != nil {
-		return nil, fmt.Errorf("hostd: opening the run dir's lock: %w", err)
+		return nil, fmt.Errorf("hostd: the run dir's lock: %w", err)
+	}
+	return f, nil
+}
+
+// errLockHeld: another open file (another gmigd) holds a lock file.
+var errLockHeld = errors.New("hostd: lock file held")
+
+// takeLock takes the lock file path (made with mode if need be) without
+// waiting and writes content in it; the lock lasts until the file is
+// closed or the process ends. Held elsewhere, it fails with errLockHeld
+// and what the holder wrote. The file is close-on-exec, so the QEMUs
+// gmigd starts never hold it. gmigd's run-dir and GPU locks are taken
+// here.
+func takeLock(path string, mode os.FileMode, content []byte) (*os.File, string, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, mode)
+	if err != nil {
+		return nil, "", fmt.Errorf("opening %s: %w", path, err)
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			pid := "unknown"
-			if b, rerr := os.ReadFile(path); rerr == nil && len(strings.TrimSpace(string(b))) > 0 {
-				pid = strings.TrimSpace(string(b))
-			}
-			return nil, runDirInUse{dir: dir, pid: pid}
+			b, _ := os.ReadFile(path)
+			return nil, string(b), errLockHeld
 		}
-		return nil, fmt.Errorf("hostd: locking the run dir %s: %w", dir, err)
+		return nil, "", fmt.Errorf("locking %s: %w", path, err)
 	}
 	if err := f.Truncate(0); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("hostd: run dir lock: %w", err)
+		return nil, "", fmt.Errorf("%s: %w", path, err)
 	}
-	if _, err := f.WriteAt([]byte(fmt.Sprintf("%d\n", os.Getpid())), 0); err != nil {
+	if _, err := f.WriteAt(content, 0); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("hostd: run dir lock: %w", err)
+		return nil, "", fmt.Errorf("%s: %w", path, err)
 	}
-	return f, nil
+	return f, "", nil
+}
+
+// readLock says whether another open file holds the lock file path, and
+// what its holder wrote in it (a file no one holds is a stale one: a
+// gmigd that ended). It takes no lock that outlasts the call.
+func readLock(path string) (holder string, held bool, err error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, err
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err != nil {
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			return "", false, fmt.Errorf("locking %s: %w", path, err)
+		}
+		b, err := io.ReadAll(f)
+		return string(b), true, err
+	}
+	return "", false, nil // closing f drops the shared lock
 }
 
 // prepareRunDir makes the vGPU sockets' directory with its mode, and warns

@@ -43,7 +43,7 @@ type dtResult struct {
 }
 
 // downtimeMatrix runs every size x dirty fraction x strategy.
-func downtimeMatrix(ctx context.Context, log zerolog.Logger, ss []uint64, fracs []float64, strats []string, share float64, seed int64) error {
+func downtimeMatrix(ctx context.Context, log zerolog.Logger, gp gpuPair, ss []uint64, fracs []float64, strats []string, share float64, seed int64) error {
 	fmt.Printf("\n== downtime: CUDA back end on both sides, %.0f%% of pages hold data before the guest starts; after the pre-copy the guest dirties a fraction of pages (GPU FILL+RENDER through the ring, half, at most what its GTT maps; CPU stores through the aperture outside the framebuffer, the rest), then pauses. Downtime = pause to resume of the guest, through the orchestrator as gmigd migrate runs it: stop phase (quiesce incl. device write-back, scan, transfer, restore, replay, other) + attach (switchover, commit, the destination VM's load and front end, commit record) + resume (engine, VM). Loopback TCP, one stream. Memory equal: the destination's pages against a run never migrated (software back end).\n", 100*prefillFraction)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "size\tdirty\tstrategy\tdowntime ms\tquiesce\tscan\ttransfer\trestore\treplay\tother\tattach\tresume\tstop pages\tstop MiB\tby source\twrite-back MiB\tpre-copy ms\tpre MiB\tscan GB/s\tmemory equal\t")
@@ -54,7 +54,7 @@ func downtimeMatrix(ctx context.Context, log zerolog.Logger, ss []uint64, fracs 
 				return fmt.Errorf("%s, dirty %g, reference: %w", fmtSize(size), f, err)
 			}
 			for _, strat := range strats {
-				r, err := downtimeRun(ctx, log, size, f, strat, share, seed, want)
+				r, err := downtimeRun(ctx, log, gp, size, f, strat, share, seed, want)
 				if err != nil {
 					return fmt.Errorf("%s, dirty %g, %s: %w", fmtSize(size), f, strat, err)
 				}
@@ -247,8 +247,8 @@ func hashers(strat string, v *vgpu.VGPU, share float64) (precopy.Options, func()
 // downtimeRun migrates a CUDA vGPU of size bytes whose guest dirties frac
 // of it between the pre-copy and the pause, through the orchestrator, and
 // compares the destination's pages with want.
-func downtimeRun(ctx context.Context, log zerolog.Logger, size uint64, frac float64, strat string, share float64, seed int64, want []uint64) (r dtResult, err error) {
-	p, err := newPair(size, log)
+func downtimeRun(ctx context.Context, log zerolog.Logger, gp gpuPair, size uint64, frac float64, strat string, share float64, seed int64, want []uint64) (r dtResult, err error) {
+	p, err := newPair(size, gp, log)
 	if err != nil {
 		return r, err
 	}
@@ -269,6 +269,9 @@ func downtimeRun(ctx context.Context, log zerolog.Logger, size uint64, frac floa
 	src, err := p.Hosts[0].VGPU("dt")
 	if err != nil {
 		return r, err
+	}
+	if err := gp.check(0, src); err != nil {
+		return r, fmt.Errorf("the source: %w", err)
 	}
 	opts, closeHasher, err := hashers(strat, src, share)
 	if err != nil {
@@ -308,8 +311,8 @@ func downtimeRun(ctx context.Context, log zerolog.Logger, size uint64, frac floa
 	if err != nil {
 		return r, err
 	}
-	if dst.GPU() == nil {
-		return r, fmt.Errorf("the destination's vGPU is not on the CUDA back end")
+	if err := gp.check(1, dst); err != nil {
+		return r, fmt.Errorf("the destination: %w", err)
 	}
 	got, err := pageHashes(dst.Memory())
 	if err != nil {

@@ -3,9 +3,10 @@
 //
 //	gmig-nvbench hash      [flags]  page-hash throughput: GPU over device and host memory, CPU
 //	gmig-nvbench aperture  [flags]  what keeping the aperture coherent costs per command
-//	gmig-nvbench migrate   [flags]  a workload migrated between two vGPUs on the GPU (digest
-//	                                equal to a never-migrated run), then downtime by size,
-//	                                dirty fraction and strategy
+//	gmig-nvbench migrate   [flags]  a workload migrated between two vGPUs on the GPU, or
+//	                                between two GPUs with -gpus SRC,DST (digest equal to a
+//	                                never-migrated run), then downtime by size, dirty
+//	                                fraction and strategy
 //
 // It needs libcuda.so.1 at run time only; GMIG_CUDA_PTX names a kernels.ptx
 // to use instead of the embedded one.
@@ -83,7 +84,7 @@ func openGPU() (*nvidia.GPU, error) {
 	}
 	info := g.Info()
 	if g.Device() == nil {
-		fmt.Println("GPU 0: a software model of a GPU (GMIG_CUDA_MODEL=1): timings mean nothing")
+		fmt.Printf("GPU 0: a software model of a GPU (%s): timings mean nothing\n", nvidia.ModelEnv)
 		return g, nil
 	}
 	free, total, _ := g.Device().MemInfo()

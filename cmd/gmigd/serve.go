@@ -70,6 +70,7 @@ func cmdServe(args []string) error {
 	var tos migrationTimeouts
 	tos.register(fs)
 	streams := streamsFlag(fs, fmt.Sprintf("the vGPU stop phase's streams: outgoing migrations open this many connections, incoming ones take at most this many (0: %d out here, half the cores, at most %d; %[2]d in)", precopy.DefaultStreams(), precopy.MaxDefaultStreams))
+	gpu := registerGPU(fs, true)
 	config := registerConfig(fs)
 	if _, err := parseN(fs, args); err != nil {
 		return err
@@ -95,7 +96,7 @@ func cmdServe(args []string) error {
 	if err != nil {
 		return err
 	}
-	h, err := hostd.New(hostd.Config{PoolSize: uint64(poolSize), RunDir: *runDir, Log: log, QEMURoot: qemu.Root(*qemuRoot), Transport: transport, Timeouts: timeouts, Streams: *streams})
+	h, err := hostd.New(gpu.config(hostd.Config{PoolSize: uint64(poolSize), RunDir: *runDir, Log: log, QEMURoot: qemu.Root(*qemuRoot), Transport: transport, Timeouts: timeouts, Streams: *streams}))
 	if err != nil {
 		return err
 	}

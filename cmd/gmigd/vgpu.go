@@ -59,7 +59,7 @@ func vgpuCreate(runDir *string, args []string) error {
 	runDirFlag(fs, runDir)
 	mem := byteSize(vgpu.DefaultMemSize)
 	fs.Var(&mem, "mem", "graphics memory (a power of two, ≥ 1M)")
-	backend := fs.String("backend", "software", "what runs the vGPU's commands: software, or cuda (NVIDIA GPU 0; docs/nvidia.md)")
+	backend := fs.String("backend", "software", "what runs the vGPU's commands: software, or cuda (the NVIDIA GPU gmigd serve -gpu chose; docs/nvidia.md)")
 	modules := fs.Bool("guest-modules", false, "cuda: let the guest load its own PTX (see docs/nvidia.md, Isolation)")
 	pos, err := parseN(fs, args, "NAME")
 	if err != nil {

@@ -18,10 +18,11 @@ var kernelsPTX []byte
 // process share it: the device with its primary context and gmig's own
 // kernels, loaded once.
 type GPU struct {
-	dev  *cuda.Device // nil for a modelled device (tests)
-	ops  gpuDevice
-	fn   gpuKernels
-	fill int // blocks that fill the device at full occupancy (grid-stride kernels)
+	dev   *cuda.Device    // nil for a modelled device (tests)
+	model cuda.DeviceInfo // a modelled device's description
+	ops   gpuDevice
+	fn    gpuKernels
+	fill  int // blocks that fill the device at full occupancy (grid-stride kernels)
 }
 
 // gpuKernels are the functions of kernels.cu.
@@ -32,25 +33,37 @@ type gpuKernels struct {
 }
 
 var (
-	gpuMu   sync.Mutex
-	gpus    = map[int]*GPU{}
-	ptxHook []byte // tests: a freshly built module instead of the embedded one
+	gpuMu     sync.Mutex
+	gpus      = map[int]*GPU{} // by CUDA ordinal
+	modelGPUs = map[int]*GPU{} // the model's, by ordinal (ModelEnv)
+	ptxHook   []byte           // tests: a freshly built module instead of the embedded one
 )
 
-// OpenGPU returns GPU ordinal with gmig's kernels loaded, once per process.
-// Without a driver or a device the error wraps cuda.ErrNoDriver or
-// cuda.ErrNoDevice. With GMIG_CUDA_MODEL=1 in the environment it returns a
-// software model of a GPU instead (model.go): for testing the back
-// end's logic where there is none.
+// OpenGPU returns GPU ordinal (CUDA's ordinal: Devices, FindUUID) with
+// gmig's kernels loaded, once per process. Without a driver or a device
+// the error wraps cuda.ErrNoDriver or cuda.ErrNoDevice. With ModelEnv in
+// the environment it returns one of the model's GPUs instead (model.go):
+// for testing the back end's logic where there is none.
 func OpenGPU(ordinal int) (*GPU, error) {
+	n, err := modelCount()
+	if err != nil {
+		return nil, err
+	}
 	gpuMu.Lock()
 	defer gpuMu.Unlock()
-	if g, ok := gpus[ordinal]; ok {
+	if n > 0 {
+		if ordinal < 0 || ordinal >= n {
+			return nil, fmt.Errorf("nvidia: %w: ordinal %d of the model's %d GPUs (%s=%d)", cuda.ErrNoDevice, ordinal, n, ModelEnv, n)
+		}
+		if g, ok := modelGPUs[ordinal]; ok {
+			return g, nil
+		}
+		g := NewModelGPU()
+		g.model = modelInfo(ordinal)
+		modelGPUs[ordinal] = g
 		return g, nil
 	}
-	if os.Getenv("GMIG_CUDA_MODEL") == "1" {
-		g := NewModelGPU()
-		gpus[ordinal] = g
+	if g, ok := gpus[ordinal]; ok {
 		return g, nil
 	}
 	drv, err := cuda.Open()
@@ -104,7 +117,7 @@ func (g *GPU) Device() *cuda.Device { return g.dev }
 // Info describes the GPU.
 func (g *GPU) Info() cuda.DeviceInfo {
 	if g.dev == nil {
-		return cuda.DeviceInfo{Name: "model", PCIBusID: "model"}
+		return g.model
 	}
 	return g.dev.Info()
 }

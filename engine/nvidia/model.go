@@ -5,8 +5,10 @@ package nvidia
 // runs on it unchanged, so its bookkeeping (pending ranges, pieces, gaps,
 // scratch, write-back, guest-module page diffs) can be checked, under the
 // race detector, on machines without a GPU: the engine's tests use it
-// directly, and OpenGPU returns it when GMIG_CUDA_MODEL=1, so that the
-// cuda-tagged tests of other packages and gmig-nvbench run on it too.
+// directly, and OpenGPU returns it when GMIG_CUDA_MODEL=N (ModelEnv: N
+// model GPUs, each with its own memory and UUID), so that the cuda-tagged
+// tests of other packages, gmig-nvbench and gmigd's choice of GPU run on
+// it too.
 // The model runs the one guest module the tests load ("scale").
 
 import (
@@ -49,12 +51,13 @@ type modelDevice struct {
 	mapped  map[cuda.DevPtr]bool // mappings' bases (for Move)
 }
 
-// NewModelGPU returns a GPU backed by the software model of a CUDA device:
-// the NVIDIA back end on it runs everywhere, for tests (engine's among
-// them) on machines without a GPU.
+// NewModelGPU returns a GPU backed by the software model of a CUDA device
+// (described as model GPU 0): the NVIDIA back end on it runs everywhere,
+// for tests (engine's among them) on machines without a GPU. Each call
+// makes a device of its own.
 func NewModelGPU() *GPU {
 	d := &modelDevice{next: 0x7f0000000000, mapped: map[cuda.DevPtr]bool{}}
-	return &GPU{ops: d, fill: 8, fn: gpuKernels{
+	return &GPU{ops: d, model: modelInfo(0), fill: 8, fn: gpuKernels{
 		copyPieces: mCopy, fillPieces: mFill, saxpy: mSaxpy, stencil: mStencil,
 		render: mRender, hashPages: mHash, diffHashes: mDiff,
 	}}

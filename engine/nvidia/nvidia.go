@@ -202,6 +202,9 @@ type nvStats struct {
 	Commands, HostReadBytes, WriteBackBytes, GapBytes, SyncBytes, ModuleLaunches, HashedBytes atomic.Uint64
 }
 
+// GPU is the GPU the back end runs on.
+func (b *NVIDIA) GPU() *GPU { return b.g }
+
 // MirrorBase is the device address of graphics-memory byte 0 on the device.
 func (b *NVIDIA) MirrorBase() uint64 { return uint64(b.mirror.Addr()) }
 

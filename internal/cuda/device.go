@@ -30,6 +30,7 @@ const (
 type DeviceInfo struct {
 	Ordinal      int
 	Name         string
+	UUID         string // as NVML writes it: GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx
 	TotalMem     uint64
 	ComputeMajor int
 	ComputeMinor int
@@ -70,26 +71,47 @@ func (d *Driver) Device(ordinal int) (*Device, error) {
 	if r := d.fn.cuDevicePrimaryCtxRetain(&dv.ctx, dv.dev); r != Success {
 		return nil, d.err("cuDevicePrimaryCtxRetain", r)
 	}
-	if err := dv.describe(); err != nil {
+	if dv.info, err = d.describe(dv.ord, dv.dev); err != nil {
 		return nil, err
 	}
 	d.devices[ordinal] = dv
 	return dv, nil
 }
 
-func (dv *Device) describe() error {
-	d := dv.d
+// Describe describes GPU ordinal without retaining its context (no device
+// memory is taken on it): for choosing a GPU among several.
+func (d *Driver) Describe(ordinal int) (DeviceInfo, error) {
+	n, err := d.DeviceCount()
+	if err != nil {
+		return DeviceInfo{}, err
+	}
+	if ordinal < 0 || ordinal >= n {
+		return DeviceInfo{}, fmt.Errorf("%w: ordinal %d of %d devices", ErrNoDevice, ordinal, n)
+	}
+	var dev int32
+	if r := d.fn.cuDeviceGet(&dev, int32(ordinal)); r != Success {
+		return DeviceInfo{}, d.err("cuDeviceGet", r)
+	}
+	return d.describe(int32(ordinal), dev)
+}
+
+func (d *Driver) describe(ord, dev int32) (DeviceInfo, error) {
 	name := make([]byte, 256)
-	if r := d.fn.cuDeviceGetName(&name[0], int32(len(name)), dv.dev); r != Success {
-		return d.err("cuDeviceGetName", r)
+	if r := d.fn.cuDeviceGetName(&name[0], int32(len(name)), dev); r != Success {
+		return DeviceInfo{}, d.err("cuDeviceGetName", r)
 	}
-	dv.info = DeviceInfo{Ordinal: int(dv.ord), Name: goString(&name[0])}
-	if r := d.fn.cuDeviceTotalMem(&dv.info.TotalMem, dv.dev); r != Success {
-		return d.err("cuDeviceTotalMem", r)
+	info := DeviceInfo{Ordinal: int(ord), Name: goString(&name[0])}
+	if r := d.fn.cuDeviceTotalMem(&info.TotalMem, dev); r != Success {
+		return DeviceInfo{}, d.err("cuDeviceTotalMem", r)
 	}
+	var uuid [16]byte
+	if r := d.fn.cuDeviceGetUuid(&uuid, dev); r != Success {
+		return DeviceInfo{}, d.err("cuDeviceGetUuid", r)
+	}
+	info.UUID = FormatUUID(uuid)
 	attr := func(a int32) (int, error) {
 		var v int32
-		if r := d.fn.cuDeviceGetAttribute(&v, a, dv.dev); r != Success {
+		if r := d.fn.cuDeviceGetAttribute(&v, a, dev); r != Success {
 			return 0, d.err(fmt.Sprintf("cuDeviceGetAttribute(%d)", a), r)
 		}
 		return int(v), nil
@@ -98,15 +120,23 @@ func (dv *Device) describe() error {
 	for i, a := range []int32{attrComputeMajor, attrComputeMinor, attrPCIDomainID, attrPCIBusID, attrPCIDeviceID, attrVMMSupported, attrCanMapHostMemory, attrUnifiedAddressing} {
 		v, err := attr(a)
 		if err != nil {
-			return err
+			return DeviceInfo{}, err
 		}
 		vals[i] = v
 	}
-	dv.info.ComputeMajor, dv.info.ComputeMinor = vals[0], vals[1]
-	dv.info.PCIBusID = fmt.Sprintf("%04x:%02x:%02x.0", vals[2], vals[3], vals[4])
-	dv.info.VMM = vals[5] != 0
-	dv.info.MapHost = vals[6] != 0 && vals[7] != 0
-	return nil
+	info.ComputeMajor, info.ComputeMinor = vals[0], vals[1]
+	info.PCIBusID = fmt.Sprintf("%04x:%02x:%02x.0", vals[2], vals[3], vals[4])
+	info.VMM = vals[5] != 0
+	info.MapHost = vals[6] != 0 && vals[7] != 0
+	return info, nil
+}
+
+// FormatUUID writes a CUuuid (cuDeviceGetUuid's 16 bytes) as NVML's
+// nvmlDeviceGetUUID writes the same GPU's: "GPU-" and the bytes in hex,
+// grouped 8-4-4-4-12. Matching the two is how a GPU NVML lists is found
+// among CUDA's ordinals, whose order may differ from NVML's indices.
+func FormatUUID(u [16]byte) string {
+	return fmt.Sprintf("GPU-%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
 }
 
 // Info describes the device.

@@ -24,6 +24,7 @@ type funcs struct {
 	cuDeviceGetName                func(name *byte, n int32, dev int32) Result
 	cuDeviceGetAttribute           func(v *int32, attr int32, dev int32) Result
 	cuDeviceTotalMem               func(bytes *uint64, dev int32) Result
+	cuDeviceGetUuid                func(uuid *[16]byte, dev int32) Result
 	cuDevicePrimaryCtxRetain       func(ctx *uintptr, dev int32) Result
 	cuCtxSetCurrent                func(ctx uintptr) Result
 	cuCtxSynchronize               func() Result
@@ -63,6 +64,7 @@ type funcs struct {
 // differ from the field name.
 var symbolNames = map[string]string{
 	"cuDeviceTotalMem":               "cuDeviceTotalMem_v2",
+	"cuDeviceGetUuid":                "cuDeviceGetUuid_v2",
 	"cuMemGetInfo":                   "cuMemGetInfo_v2",
 	"cuMemAlloc":                     "cuMemAlloc_v2",
 	"cuMemFree":                      "cuMemFree_v2",

@@ -87,3 +87,12 @@ func TestStructSizes(t *testing.T) {
 		t.Errorf("allocProp.win32HandleMetaData at %d, want 16", o)
 	}
 }
+
+// TestFormatUUID checks that a CUuuid is written as NVML writes a GPU's
+// UUID, so that the two can be matched.
+func TestFormatUUID(t *testing.T) {
+	u := [16]byte{0x2a, 0x4b, 0x1c, 0x3d, 0x5e, 0x6f, 0x70, 0x81, 0x92, 0xa3, 0xb4, 0xc5, 0xd6, 0xe7, 0xf8, 0x09}
+	if got, want := FormatUUID(u), "GPU-2a4b1c3d-5e6f-7081-92a3-b4c5d6e7f809"; got != want {
+		t.Fatalf("FormatUUID = %s, want %s", got, want)
+	}
+}

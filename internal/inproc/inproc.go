@@ -47,8 +47,17 @@ type Host struct {
 }
 
 // New starts two hosts with pools of poolSize bytes. onBeat, if set,
-// sees every guest heartbeat on both.
+// sees every guest heartbeat on both. Their cuda vGPUs run on CUDA's
+// first GPU, both.
 func New(poolSize uint64, log zerolog.Logger, onBeat func(host, vgpu string, v uint64, at time.Time)) (*Pair, error) {
+	return NewOnGPUs(poolSize, [2]string{}, log, onBeat)
+}
+
+// NewOnGPUs is New with each host's GPU chosen (hostd.Config.GPU: an
+// index, a UUID, "" for CUDA's first): the source and destination of a
+// migration on different GPUs of this machine. In-process hosts take no
+// GPU lock, so both may share one.
+func NewOnGPUs(poolSize uint64, gpus [2]string, log zerolog.Logger, onBeat func(host, vgpu string, v uint64, at time.Time)) (*Pair, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Pair{Sims: &sim.Registry{}, cancel: cancel}
 	for i, name := range []string{"a", "b"} {
@@ -57,7 +66,7 @@ func New(poolSize uint64, log zerolog.Logger, onBeat func(host, vgpu string, v u
 			p.Close()
 			return nil, fmt.Errorf("inproc: host %s: %w", name, err)
 		}
-		cfg := hostd.Config{PoolSize: poolSize, RunDir: dir, Log: log.With().Str("host", name).Logger(), Sims: p.Sims}
+		cfg := hostd.Config{PoolSize: poolSize, RunDir: dir, Log: log.With().Str("host", name).Logger(), Sims: p.Sims, GPU: gpus[i]}
 		if onBeat != nil {
 			cfg.OnHeartbeat = func(vgpu string, v uint64, at time.Time) { onBeat(name, vgpu, v, at) }
 		}

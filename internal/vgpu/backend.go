@@ -12,12 +12,14 @@ import (
 const (
 	// BackendSoftware runs commands in Go on the host pool (the default).
 	BackendSoftware = "software"
-	// BackendCUDA runs them on NVIDIA GPU 0 through the CUDA driver API,
-	// with graphics memory mirrored in GPU memory (docs/nvidia.md).
+	// BackendCUDA runs them on an NVIDIA GPU (Config.GPU) through the
+	// CUDA driver API, with graphics memory mirrored in GPU memory
+	// (docs/nvidia.md).
 	BackendCUDA = "cuda"
 )
 
-// GPUOrdinal is the GPU the CUDA back end uses.
+// GPUOrdinal is the GPU the CUDA back end uses unless Config.GPU says
+// otherwise: CUDA's first.
 const GPUOrdinal = 0
 
 // backendDefaults fills in and checks the back-end fields of a Config.
@@ -41,7 +43,7 @@ func (v *VGPU) newBackend(mem []byte, part pool.Partition) (engine.Backend, erro
 	if v.cfg.Backend != BackendCUDA {
 		return engine.NewSoftware(mem), nil
 	}
-	g, err := nvidia.OpenGPU(GPUOrdinal)
+	g, err := nvidia.OpenGPU(v.cfg.GPU)
 	if err != nil {
 		return nil, fmt.Errorf("vgpu %s: %s back end: %w", v.cfg.Name, BackendCUDA, err)
 	}

@@ -46,6 +46,11 @@ type Config struct {
 	// GuestModules lets the guest load its own PTX (ABI 1.1, CUDA back
 	// end only; docs/nvidia.md, "Isolation").
 	GuestModules bool `json:"guest_modules,omitempty"`
+	// GPU is the CUDA ordinal of the GPU the cuda back end runs on
+	// (default GPUOrdinal). It is this host's choice (gmigd serve -gpu),
+	// not part of the vGPU's Spec: an arriving vGPU lands on the
+	// destination's GPU.
+	GPU int `json:"-"`
 }
 
 // ErrConfig reports an invalid Config.
