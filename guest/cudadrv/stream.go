@@ -1,0 +1,240 @@
+package cudadrv
+
+import (
+	stdctx "context"
+	"errors"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/gmig-dev/gmig/abi"
+	"github.com/gmig-dev/gmig/guest"
+)
+
+// Streams and events. Every stream's commands go to the one ring, in
+// order; a stream is bookkeeping that a program's calls name. An event is a
+// FENCE: recorded, it is the fence's value; it has completed once
+// FENCE_DONE reached that value. Its time is the host clock when the
+// library first saw the fence retired, polling FENCE_DONE (the device
+// stamps no times on fences), so cuEventElapsedTime is as fine as that
+// polling: microseconds while a thread waits on the device.
+
+// cuStream/cuEvent creation flags (cuda.h, CUDA 12.4).
+const (
+	streamNonBlocking    = 0x1 // CU_STREAM_NON_BLOCKING
+	eventBlockingSync    = 0x1 // CU_EVENT_BLOCKING_SYNC
+	eventDisableTiming   = 0x2 // CU_EVENT_DISABLE_TIMING
+	eventInterprocess    = 0x4 // CU_EVENT_INTERPROCESS
+	eventFlagsKnown      = eventBlockingSync | eventDisableTiming | eventInterprocess
+	streamLegacy         = 1 // CU_STREAM_LEGACY
+	streamPerThread      = 2 // CU_STREAM_PER_THREAD
+	pollSpins            = 64
+	pollMaxSleep         = 100 * time.Microsecond
+	pollSleepGrowth      = 2 * time.Microsecond
+	streamFlagsSupported = streamNonBlocking
+)
+
+type stream struct {
+	ctx   *context
+	flags uint32
+}
+
+func (s *stream) owner() *context { return s.ctx }
+
+type event struct {
+	ctx      *context
+	flags    uint32
+	fence    uint64 // 0: never recorded
+	stamp    time.Time
+	stamped  bool
+	recorded bool
+}
+
+func (e *event) owner() *context { return e.ctx }
+
+// streamOpLocked checks that t has a current context and s names a stream
+// (0, CU_STREAM_LEGACY and CU_STREAM_PER_THREAD are the default stream).
+func (l *Lib) streamOpLocked(t Thread, s Handle) Result {
+	if _, r := l.currentLocked(t); r != Success {
+		return r
+	}
+	if s == 0 || s == streamLegacy || s == streamPerThread {
+		return Success
+	}
+	if _, ok := l.objs[s].(*stream); !ok {
+		return ErrInvalidHandle
+	}
+	return Success
+}
+
+// submitLocked notes a submitted command, or reports its submission error.
+func (l *Lib) submitLocked(err error) Result {
+	if err != nil {
+		return l.fail(ErrUnknown, fmt.Errorf("cudadrv: submitting a command: %w", err))
+	}
+	l.pending = true
+	return Success
+}
+
+// fenceLocked issues a fence after everything submitted and returns its
+// value.
+func (l *Lib) fenceLocked() (uint64, Result) {
+	v := l.d.Fence(0)
+	if err := l.d.Flush(); err != nil {
+		return 0, l.fail(ErrUnknown, fmt.Errorf("cudadrv: issuing fence %d: %w", v, err))
+	}
+	l.pending = false
+	return v, Success
+}
+
+// syncLocked waits until everything submitted has retired.
+func (l *Lib) syncLocked() Result {
+	if !l.pending {
+		// Nothing since the last fence: wait for that one (it may be an
+		// event's, still queued).
+		return l.waitFenceLocked(l.d.LastFence())
+	}
+	v, r := l.fenceLocked()
+	if r != Success {
+		return r
+	}
+	return l.waitFenceLocked(v)
+}
+
+// waitFenceLocked polls FENCE_DONE until it reaches v, stamping every
+// recorded event whose fence it sees retire, then collects the device's
+// verdict on the commands before it.
+func (l *Lib) waitFenceLocked(v uint64) Result {
+	for n := 0; ; n++ {
+		done, err := l.d.FenceDone()
+		if err != nil {
+			return l.fail(ErrUnknown, err)
+		}
+		l.stampLocked(done)
+		if done >= v {
+			break
+		}
+		if st, err := l.d.Bus().ReadReg32(abi.RegErrStatus); err == nil && st != 0 {
+			break // a command failed: Wait reports it (and a dropped fence)
+		}
+		if n < pollSpins {
+			runtime.Gosched()
+			continue
+		}
+		time.Sleep(min(time.Duration(n-pollSpins)*pollSleepGrowth, pollMaxSleep)) // polling a device register
+	}
+	return l.deviceResultLocked(l.d.Wait(stdctx.Background(), v))
+}
+
+// stampLocked gives every recorded, unstamped event whose fence is at or
+// below done the time now.
+func (l *Lib) stampLocked(done uint64) {
+	now := time.Now()
+	for _, o := range l.objs {
+		if e, ok := o.(*event); ok && e.recorded && !e.stamped && e.fence <= done {
+			e.stamp, e.stamped = now, true
+		}
+	}
+}
+
+// deviceResultLocked maps what a wait reports to a CUresult: a page fault
+// is CUDA_ERROR_ILLEGAL_ADDRESS, a kernel error CUDA_ERROR_LAUNCH_FAILED,
+// anything else the device refused CUDA_ERROR_INVALID_VALUE.
+func (l *Lib) deviceResultLocked(err error) Result {
+	if err == nil {
+		return Success
+	}
+	var de *guest.DeviceError
+	switch {
+	case errors.As(err, &de) && de.Has(abi.ErrPageFault):
+		return l.fail(ErrIllegalAddress, err)
+	case errors.As(err, &de) && de.Has(abi.ErrKernel):
+		return l.fail(ErrLaunchFailed, err)
+	case errors.As(err, &de):
+		return l.fail(ErrInvalidValue, err)
+	}
+	return l.fail(ErrUnknown, err)
+}
+
+// StreamCreate is cuStreamCreate.
+func (l *Lib) StreamCreate(t Thread, flags uint32) (Handle, Result) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c, r := l.currentLocked(t)
+	if r != Success {
+		return 0, r
+	}
+	if flags&^streamFlagsSupported != 0 {
+		return 0, ErrInvalidValue
+	}
+	return l.newHandleLocked(&stream{ctx: c, flags: flags}), Success
+}
+
+// StreamDestroy is cuStreamDestroy_v2. Work already queued on it still
+// runs.
+func (l *Lib) StreamDestroy(s Handle) Result {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if r := l.readyLocked(); r != Success {
+		return r
+	}
+	if _, ok := l.objs[s].(*stream); !ok {
+		return ErrInvalidHandle
+	}
+	delete(l.objs, s)
+	return Success
+}
+
+// StreamSynchronize is cuStreamSynchronize.
+func (l *Lib) StreamSynchronize(t Thread, s Handle) Result {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if r := l.streamOpLocked(t, s); r != Success {
+		return r
+	}
+	return l.syncLocked()
+}
+
+// StreamQuery is cuStreamQuery: CUDA_ERROR_NOT_READY while work submitted
+// before it is queued.
+func (l *Lib) StreamQuery(t Thread, s Handle) Result {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if r := l.streamOpLocked(t, s); r != Success {
+		return r
+	}
+	v := l.d.LastFence()
+	if l.pending {
+		var r Result
+		if v, r = l.fenceLocked(); r != Success {
+			return r
+		}
+	}
+	return l.queryLocked(v)
+}
+
+func (l *Lib) queryLocked(v uint64) Result {
+	done, err := l.d.FenceDone()
+	if err != nil {
+		return l.fail(ErrUnknown, err)
+	}
+	l.stampLocked(done)
+	if done < v {
+		return ErrNotReady
+	}
+	return l.deviceResultLocked(l.d.CheckErrors())
+}
+
+// StreamWaitEvent is cuStreamWaitEvent: the ring already orders every
+// command after the event's fence, so it only checks its arguments.
+func (l *Lib) StreamWaitEvent(t Thread, s, e Handle, flags uint32) Result {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if r := l.streamOpLocked(t, s); r != Success {
+		return r
+	}
+	if _, ok := l.objs[e].(*event); !ok || flags != 0 {
+		return ErrInvalidHandle
+	}
+	return Success
+}
