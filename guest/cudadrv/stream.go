@@ -238,3 +238,11 @@ func (l *Lib) StreamWaitEvent(t Thread, s, e Handle, flags uint32) Result {
 	}
 	return Success
 }
+
+// StreamCheck answers what a call on stream s would: Success when t has a
+// current context and s names a stream (the host copies' Async forms).
+func (l *Lib) StreamCheck(t Thread, s Handle) Result {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.streamOpLocked(t, s)
+}

@@ -1,0 +1,74 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/gmig-dev/gmig/internal/migtest"
+)
+
+// buildLib builds libcuda.so.1 into a temporary directory.
+func buildLib(t *testing.T) string {
+	t.Helper()
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skip("no C compiler for cgo")
+	}
+	dir := t.TempDir()
+	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-ldflags=-extldflags=-Wl,-soname,libcuda.so.1",
+		"-o", filepath.Join(dir, "libcuda.so.1"), ".")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building libcuda.so.1: %v\n%s", err, out)
+	}
+	return dir
+}
+
+// TestProbeOverSimulator runs testdata/probe — a C program built against
+// NVIDIA's cuda.h, linked with -lcuda — against the library and a vGPU
+// served in this process: every device query, allocation, copy, memset,
+// stream and event call succeeds, the module load answers
+// CUDA_ERROR_NOT_SUPPORTED (software back end), cuGetProcAddress resolves
+// by name, and an unsupported entry point is logged once.
+func TestProbeOverSimulator(t *testing.T) {
+	dir := buildLib(t)
+	s := migtest.ServeNew(t, migtest.NewPool(t, 32<<20), "probe", 16<<20)
+	run := func() string {
+		cmd := exec.Command("testdata/probe", "3")
+		cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+dir, "GMIG_CUDA_SOCKET="+s.Path)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("probe: %v\n%s", err, out)
+		}
+		return string(out)
+	}
+	out := run()
+	for _, want := range []string{
+		`cuda: cuDeviceGetCount\(&n\) = CUDA_ERROR_NOT_INITIALIZED`,
+		`cuda: driver 12040 devices 1 name "gmig vGPU" memory 16777216 compute 5\.2 threads/block 256`,
+		`cuda: cuModuleLoadData\(&m, ptx\) = CUDA_ERROR_NOT_SUPPORTED`,
+		`cuda: cuGetProcAddress\(cuMemAlloc\) is cuMemAlloc_v2`,
+		`cuda: cuGetProcAddress\("cuNoSuchThing".*CUDA_ERROR_NOT_FOUND`,
+		`cuda: cuMemAllocHost\(&p, 4096\) = CUDA_ERROR_NOT_SUPPORTED`,
+		`cuda: cuMemcpyHtoD\(a \+ SIZE - 8, host, 16\) = CUDA_ERROR_INVALID_VALUE`,
+		`cuda: iter 2 checksum [0-9a-f]{16}`,
+		`cuda: digest [0-9a-f]{16}`,
+		`"entry_point":"cuMemAllocHost_v2"`,
+		`cuda: result ok`,
+	} {
+		if !regexp.MustCompile(want).MatchString(out) {
+			t.Fatalf("probe's output has no %s:\n%s", want, out)
+		}
+	}
+	if n := strings.Count(out, `"entry_point"`); n != 1 {
+		t.Fatalf("%d unsupported entry points logged, want 1:\n%s", n, out)
+	}
+	// The same program on the same device computes the same.
+	digest := regexp.MustCompile(`cuda: digest (\S+)`)
+	if a, b := digest.FindString(out), digest.FindString(run()); a != b {
+		t.Fatalf("two runs: %s, then %s", a, b)
+	}
+}
