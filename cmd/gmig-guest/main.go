@@ -12,7 +12,8 @@
 // so the host can time the guest's pauses with its own clock, ending with
 // the workload's graphics-memory digest; and, with -hostile, the hostile
 // guest program, which attacks its own vGPU for -hostile-for and checks
-// that the device refuses every attempt.
+// that the device refuses every attempt. With -cuda it runs a CUDA program
+// on the guest's libcuda.so.1 instead (cuda.go).
 //
 // As PID 1 it mounts /proc, /sys and /dev, reserves huge pages for DMA,
 // loads the kernel modules its interrupt mode needs from those it carries,
@@ -51,6 +52,9 @@ type options struct {
 	// (guest.ParseAttacks; "": none), for hostileFor.
 	hostile    string
 	hostileFor time.Duration
+	// cuda is a CUDA program to run instead of everything else,
+	// PROGRAM[,ARG...] (cuda.go).
+	cuda string
 }
 
 func parseFlags(args []string) (options, error) {
@@ -69,6 +73,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.hostile, "hostile", "", "run the hostile guest program with these attacks: all, or a list of gtt,dma,copy,ring,irq,reset (docs/security.md, \"Hostile guests\")")
 	fs.DurationVar(&o.hostileFor, "hostile-for", 30*time.Second, "how long the hostile program attacks")
 	fs.StringVar(&o.workload, "workload", "", "workload profile and settings, e.g. render,rate=200,fill=0.75 (guest.ParseWorkload; default: the seeded mix)")
+	fs.StringVar(&o.cuda, "cuda", "", "run this CUDA program on the guest's libcuda.so.1 instead of the measurement, suite and workload: PROGRAM[,ARG...], e.g. /usr/bin/cuda-probe,40,100 (docs/cuda.md)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -112,6 +117,9 @@ func run(args []string) bool {
 	if err != nil {
 		report("flags: %v", err)
 		return false
+	}
+	if o.cuda != "" {
+		return cudaProgram(o)
 	}
 	bus, ok := openBus(o)
 	if bus == nil {
