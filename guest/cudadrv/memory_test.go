@@ -3,6 +3,8 @@ package cudadrv
 import (
 	"bytes"
 	"testing"
+
+	"github.com/gmig-dev/gmig/abi"
 )
 
 func pattern(n int, seed byte) []byte {
@@ -147,4 +149,31 @@ func TestStreamsAndEvents(t *testing.T) {
 	want(t, "cuStreamSynchronize of a destroyed stream", l.StreamSynchronize(thread, s), ErrInvalidHandle)
 	must(t, l.EventDestroy(start))
 	want(t, "cuEventQuery of a destroyed event", l.EventQuery(start), ErrInvalidHandle)
+}
+
+// TestAsyncWorkIsRungNotWaited: an Async call rings the doorbell (the
+// device's RING_TAIL moves) and issues no fence, so nothing waits on it.
+func TestAsyncWorkIsRungNotWaited(t *testing.T) {
+	l := initLib(t)
+	a, r := l.MemAlloc(thread, 1<<20)
+	must(t, r)
+	must(t, l.CtxSynchronize(thread))
+	d := l.Driver()
+	tail := func() uint32 {
+		v, err := d.Bus().ReadReg32(abi.RegRingTail)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	before, fence := tail(), d.LastFence()
+	must(t, l.Memset(thread, a, 7, 4, 1<<18, 0, true))
+	if tail() == before {
+		t.Fatal("RING_TAIL did not move: the async memset waits for a later call to ring the doorbell")
+	}
+	must(t, l.MemcpyDtoD(thread, a, a+4096, 4096, 0, true))
+	if d.LastFence() != fence {
+		t.Fatalf("async calls issued fences %d..%d: they waited for the device", fence, d.LastFence())
+	}
+	must(t, l.CtxSynchronize(thread))
 }

@@ -67,8 +67,13 @@ func (l *Lib) streamOpLocked(t Thread, s Handle) Result {
 	return Success
 }
 
-// submitLocked notes a submitted command, or reports its submission error.
+// submitLocked rings the doorbell for a submitted command, so the device
+// starts on it without the caller waiting, or reports its submission
+// error.
 func (l *Lib) submitLocked(err error) Result {
+	if err == nil {
+		err = l.d.Flush()
+	}
 	if err != nil {
 		return l.fail(ErrUnknown, fmt.Errorf("cudadrv: submitting a command: %w", err))
 	}
