@@ -5,10 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
-	"time"
 
-	"github.com/gmig-dev/gmig/abi"
 	"github.com/gmig-dev/gmig/internal/sysfs"
 )
 
@@ -45,28 +42,14 @@ func cudaProgram(o options) bool {
 		report("cuda: starting %s: %v", argv[0], err)
 		return false
 	}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
+	stop := func() {}
 	if o.heartbeat > 0 {
 		bus, err := sysfs.Open(sysfs.Options{IRQ: sysfs.IRQNone, DMASize: heartbeatDMA})
 		if err != nil {
 			report("cuda: no heartbeat: %v", err)
 		} else {
 			defer bus.Close()
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				tick := time.NewTicker(o.heartbeat)
-				defer tick.Stop()
-				for i := uint64(1); ; i++ {
-					select {
-					case <-stop:
-						return
-					case <-tick.C:
-						_ = bus.WriteReg64(abi.RegHeartbeat, i)
-					}
-				}
-			}()
+			stop = heartbeat(bus, o.heartbeat)
 		}
 	}
 	sc := bufio.NewScanner(r)
@@ -75,8 +58,7 @@ func cudaProgram(o options) bool {
 	}
 	r.Close()
 	err = cmd.Wait()
-	close(stop)
-	wg.Wait()
+	stop()
 	report("cuda exit %d", cmd.ProcessState.ExitCode())
 	return err == nil
 }

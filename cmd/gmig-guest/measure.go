@@ -105,28 +105,10 @@ func workload(ctx context.Context, bus guest.Bus, o options) bool {
 		})
 	}
 	report("workload started seed=%d steps=%d check=%v", o.seed, o.steps, o.check)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	if o.heartbeat > 0 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tick := time.NewTicker(o.heartbeat)
-			defer tick.Stop()
-			for i := uint64(1); ; i++ {
-				select {
-				case <-stop:
-					return
-				case <-tick.C:
-					_ = bus.WriteReg64(abi.RegHeartbeat, i)
-				}
-			}
-		}()
-	}
+	stop := heartbeat(bus, o.heartbeat)
 	t0 := time.Now()
 	err = w.Run(ctx, d, o.steps)
-	close(stop)
-	wg.Wait()
+	stop()
 	if err != nil {
 		report("workload: %v", err)
 		return false
@@ -138,4 +120,30 @@ func workload(ctx context.Context, bus guest.Bus, o options) bool {
 	}
 	report("workload seed=%d steps=%d in %s digest=%s", o.seed, o.steps, time.Since(t0).Round(time.Millisecond), hex.EncodeToString(sum[:]))
 	return true
+}
+
+// heartbeat writes HEARTBEAT every period (0: never) on a goroutine of its
+// own, so the host can time the guest's pauses with its clock; stop ends it
+// and returns once it has.
+func heartbeat(bus guest.Bus, period time.Duration) (stop func()) {
+	if period <= 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		for i := uint64(1); ; i++ {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				_ = bus.WriteReg64(abi.RegHeartbeat, i)
+			}
+		}
+	}()
+	return func() { close(done); wg.Wait() }
 }

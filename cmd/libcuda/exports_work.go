@@ -160,12 +160,16 @@ func cuEventElapsedTime(ms *C.float, start, end C.CUevent) C.CUresult {
 // its header (fatbinary.h: u32 magic, u16 version, u16 header size, u64
 // payload size), an ELF cubin's from its section header table (which ends
 // it), PTX text up to its NUL.
+// Only the 4 magic bytes are read before the image's kind is known (PTX
+// may be shorter than a header).
 func imageBytes(ptr unsafe.Pointer) []byte {
-	head := unsafe.Slice((*byte)(ptr), 64)
+	magic := unsafe.Slice((*byte)(ptr), 4)
 	switch {
-	case binary.LittleEndian.Uint32(head) == 0xBA55ED50:
+	case binary.LittleEndian.Uint32(magic) == 0xBA55ED50:
+		head := unsafe.Slice((*byte)(ptr), 16)
 		return unsafe.Slice((*byte)(ptr), int(binary.LittleEndian.Uint16(head[6:]))+int(binary.LittleEndian.Uint64(head[8:])))
-	case string(head[:4]) == "\x7fELF":
+	case string(magic) == "\x7fELF":
+		head := unsafe.Slice((*byte)(ptr), 64) // the ELF64 header
 		shoff := binary.LittleEndian.Uint64(head[0x28:])
 		n := shoff + uint64(binary.LittleEndian.Uint16(head[0x3a:]))*uint64(binary.LittleEndian.Uint16(head[0x3c:]))
 		return unsafe.Slice((*byte)(ptr), int(n))
