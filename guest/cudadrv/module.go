@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"regexp"
+	"strconv"
 
 	"github.com/gmig-dev/gmig/abi"
 	"github.com/gmig-dev/gmig/guest"
@@ -75,8 +76,7 @@ func (l *Lib) ModuleLoadData(t Thread, image []byte) (Handle, Result) {
 	for _, e := range reEntry.FindAllSubmatch(ptx, -1) {
 		var sizes []int
 		for _, p := range reParam.FindAllSubmatch(e[2], -1) {
-			var bits int
-			fmt.Sscan(string(p[2]), &bits)
+			bits, _ := strconv.Atoi(string(p[2])) // \d+ matched it
 			sizes = append(sizes, max(bits/8, 1))
 		}
 		m.entries[string(e[1])] = sizes

@@ -19,19 +19,27 @@ import (
 // stamps no times on fences), so cuEventElapsedTime is as fine as that
 // polling: microseconds while a thread waits on the device.
 
-// cuStream/cuEvent creation flags (cuda.h, CUDA 12.4).
+// cuStream/cuEvent creation flags and the special stream handles (cuda.h,
+// CUDA 12.4).
 const (
 	streamNonBlocking    = 0x1 // CU_STREAM_NON_BLOCKING
+	streamFlagsSupported = streamNonBlocking
+	streamLegacy         = 1   // CU_STREAM_LEGACY
+	streamPerThread      = 2   // CU_STREAM_PER_THREAD
 	eventBlockingSync    = 0x1 // CU_EVENT_BLOCKING_SYNC
 	eventDisableTiming   = 0x2 // CU_EVENT_DISABLE_TIMING
 	eventInterprocess    = 0x4 // CU_EVENT_INTERPROCESS
 	eventFlagsKnown      = eventBlockingSync | eventDisableTiming | eventInterprocess
-	streamLegacy         = 1 // CU_STREAM_LEGACY
-	streamPerThread      = 2 // CU_STREAM_PER_THREAD
-	pollSpins            = 64
-	pollMaxSleep         = 100 * time.Microsecond
-	pollSleepGrowth      = 2 * time.Microsecond
-	streamFlagsSupported = streamNonBlocking
+)
+
+// FENCE_DONE polling, paced as the guest driver paces its own: a few
+// yields, then sleeps growing by 2 µs to 100 µs, which bounds an event's
+// time stamp error while keeping a waiting thread off the trapped register
+// (a choice, not a measurement).
+const (
+	pollSpins       = 64
+	pollSleepGrowth = 2 * time.Microsecond
+	pollMaxSleep    = 100 * time.Microsecond
 )
 
 type stream struct {
