@@ -72,3 +72,40 @@ func TestProbeOverSimulator(t *testing.T) {
 		t.Fatalf("two runs: %s, then %s", a, b)
 	}
 }
+
+// TestProcAddressAfterDlopen loads the library as cuda-python does (dlopen,
+// then cuGetProcAddress_v2 for every entry point) from a C program built
+// here: base names give the newest implemented version, per-thread names
+// the same functions, an unsupported entry point a stub that answers
+// CUDA_ERROR_NOT_SUPPORTED (801), an unknown name CUDA_ERROR_NOT_FOUND (500)
+// with CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND (1).
+func TestProcAddressAfterDlopen(t *testing.T) {
+	dir := buildLib(t)
+	prog := filepath.Join(dir, "dlopen")
+	if out, err := exec.Command("gcc", "-O2", "-o", prog, "testdata/dlopen.c", "-ldl").CombinedOutput(); err != nil {
+		t.Fatalf("building testdata/dlopen.c: %v\n%s", err, out)
+	}
+	cmd := exec.Command(prog, "cuInit", "cuMemAlloc", "cuMemAlloc_v2", "cuMemcpyHtoDAsync_v2_ptsz",
+		"cuCtxCreate", "cuGraphCreate", "cuNoSuchThing")
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+dir)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("dlopen: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		"cuInit: result 0 status 0 found 1 same-as-dlsym 1 call(1) 1\n", // CUDA_ERROR_INVALID_VALUE for flags 1
+		"cuMemAlloc: result 0 status 0 found 1 same-as-dlsym 0\n",       // cuMemAlloc_v2, not the legacy stub
+		"cuMemAlloc_v2: result 0 status 0 found 1 same-as-dlsym 1\n",
+		"cuMemcpyHtoDAsync_v2_ptsz: result 0 status 0 found 1",
+		"cuCtxCreate: result 0 status 0 found 1 same-as-dlsym 0\n",
+		"cuGraphCreate: result 0 status 0 found 1 same-as-dlsym 1 call 801\n",
+		"cuNoSuchThing: result 500 status 1 found 0",
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Fatalf("no %q in:\n%s", want, out)
+		}
+	}
+	if !strings.Contains(string(out), `"entry_point":"cuGraphCreate"`) {
+		t.Fatalf("the unsupported call was not logged:\n%s", out)
+	}
+}
