@@ -14,7 +14,7 @@ import (
 // The CUDA probe's console lines (cmd/libcuda/testdata/probe.c, relayed by
 // cmd/gmig-guest with its "gmig: " prefix).
 var (
-	reCUDAIter   = regexp.MustCompile(`gmig: cuda: iter (\d+) checksum [0-9a-f]{16}`)
+	reCUDAIter   = regexp.MustCompile(`gmig: (?:cuda: iter (\d+) checksum [0-9a-f]{16}|result (ok|FAIL))`)
 	reCUDADevice = regexp.MustCompile(`gmig: cuda: driver (.*)`)
 	reCUDAModule = regexp.MustCompile(`gmig: cuda: cuModuleLoadData\(&m, ptx\) = (\S+)`)
 	reCUDADigest = regexp.MustCompile(`gmig: cuda: digest ([0-9a-f]{16})`)
@@ -39,13 +39,17 @@ func (e env) cudaSpec() hostd.StartVMRequest {
 		QEMU: e.guestSpec("pc", fmt.Sprintf("gmig.cuda=/usr/bin/cuda-probe,%d,%d", cudaIters, cudaPaceMS), nil)}
 }
 
-// waitCUDAIter follows a console until the probe reports iteration >= n.
+// waitCUDAIter follows a console until the probe reports iteration >= n;
+// the guest's verdict before that fails the test.
 func waitCUDAIter(ctx context.Context, t *testing.T, con *cluster.Console, n int) int {
 	t.Helper()
 	for {
 		m, err := con.Wait(ctx, reCUDAIter)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if m[2] != "" {
+			t.Fatalf("the guest ended (result %s) before the probe's iteration %d", m[2], n)
 		}
 		if got, _ := strconv.Atoi(m[1]); got >= n {
 			return got
