@@ -129,6 +129,8 @@ func TestStreamsAndEvents(t *testing.T) {
 	must(t, l.EventRecord(thread, stop, s))
 	must(t, l.EventRecord(thread, untimed, s))
 	must(t, l.StreamWaitEvent(thread, 0, stop, 0))
+	want(t, "cuStreamWaitEvent with unknown flags", l.StreamWaitEvent(thread, 0, stop, 0x10), ErrInvalidValue)
+	want(t, "cuStreamWaitEvent of no event", l.StreamWaitEvent(thread, 0, 0x9999, 0), ErrInvalidHandle)
 	must(t, l.EventSynchronize(stop))
 	must(t, l.EventQuery(stop))
 	ms, r := l.EventElapsedTime(start, stop)

@@ -30,6 +30,7 @@ const (
 	eventDisableTiming   = 0x2 // CU_EVENT_DISABLE_TIMING
 	eventInterprocess    = 0x4 // CU_EVENT_INTERPROCESS
 	eventFlagsKnown      = eventBlockingSync | eventDisableTiming | eventInterprocess
+	eventWaitExternal    = 0x1 // CU_EVENT_WAIT_EXTERNAL, cuStreamWaitEvent's one flag
 )
 
 // FENCE_DONE polling, paced as the guest driver paces its own: a few
@@ -246,8 +247,11 @@ func (l *Lib) StreamWaitEvent(t Thread, s, e Handle, flags uint32) Result {
 	if r := l.streamOpLocked(t, s); r != Success {
 		return r
 	}
-	if _, ok := l.objs[e].(*event); !ok || flags != 0 {
+	if _, ok := l.objs[e].(*event); !ok {
 		return ErrInvalidHandle
+	}
+	if flags&^eventWaitExternal != 0 {
+		return ErrInvalidValue
 	}
 	return Success
 }
