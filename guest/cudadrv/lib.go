@@ -57,7 +57,6 @@ type Lib struct {
 	mu          sync.Mutex
 	initDone    bool
 	initRes     Result
-	bus         guest.Bus
 	d           *guest.Driver
 	mem         Memory
 	pending     bool // commands submitted since the last fence
@@ -116,7 +115,7 @@ func (l *Lib) openLocked() Result {
 	if err != nil {
 		return l.fail(ErrNoDevice, fmt.Errorf("cudadrv: opening the vGPU: %w", err))
 	}
-	l.bus, l.d = bus, d
+	l.d = d
 	if l.cfg.Memory != nil {
 		l.mem = l.cfg.Memory(d)
 	} else {
