@@ -11,7 +11,7 @@ package abi
 // (docs/device-abi.md §1): major in the high 16 bits, minor in the low 16.
 const (
 	VersionMajor = 1
-	VersionMinor = 1 // 1.1 adds KERNEL_LOAD_MODULE (guest PTX), announced by CapModules
+	VersionMinor = 2 // 1.1 added KERNEL_LOAD_MODULE (CapModules); 1.2 adds device-local memory (CapLocalMem)
 	Version      = VersionMajor<<16 | VersionMinor
 )
 
@@ -70,6 +70,7 @@ const (
 	RegHeartbeat     = 0x070 // rw 64: guest heartbeat; each write is time-stamped by the host
 	RegCmdsDone      = 0x078 // ro 64: commands retired since reset
 	RegScratch       = 0x080 // rw 32: free for the guest; no effect
+	RegLocalMemSize  = 0x088 // ro 64: device-local memory bytes (ABI 1.2; 0 without CapLocalMem)
 
 	RegsEnd = 0x1000 // first byte past the register block
 
@@ -85,6 +86,7 @@ const (
 	CapFenceMem  = 1 << 1 // FENCE may write its value to graphics memory
 	CapHeartbeat = 1 << 2 // RegHeartbeat is time-stamped by the host
 	CapModules   = 1 << 3 // KERNEL_LOAD_MODULE: guest PTX kernels (ABI 1.1; only back ends that run them)
+	CapLocalMem  = 1 << 4 // device-local memory: RegLocalMemSize, GTTLocal entries (ABI 1.2; vGPUs that have it)
 )
 
 // RegControl bits (docs/device-abi.md §3).
@@ -134,6 +136,15 @@ const (
 	GTTPageShift    = PageShift
 	GTTPageMask     = (1<<40 - 1) << GTTPageShift // bits 12..51: aperture page number
 	GTTReservedMask = ^uint64(GTTFlagsMask | GTTPageMask)
+)
+
+// Device-local GTT entries (docs/device-abi.md §3.1, ABI 1.2). On a vGPU
+// with CapLocalMem, bit 2 of an entry says its page number names a page of
+// device-local memory (below RegLocalMemSize/PageSize) instead of an
+// aperture page; on any other vGPU bit 2 stays reserved (GTTReservedMask).
+const (
+	GTTLocal                = 1 << 2
+	GTTReservedMaskLocalMem = ^uint64(GTTFlagsMask | GTTLocal | GTTPageMask)
 )
 
 // Command opcodes (docs/device-abi.md §6).
