@@ -27,6 +27,9 @@ type GTT interface {
 // Config wires a RegisterFile to the rest of its vGPU.
 type Config struct {
 	MemSize uint64
+	// LocalMemSize is the device-local memory LOCAL_MEM_SIZE reads (ABI
+	// 1.2); 0 on a vGPU without it, which reads 0 there as before.
+	LocalMemSize uint64
 	// Caps are CAPS bits beyond DefaultCaps that this vGPU's back end
 	// offers (abi.CapModules).
 	Caps   uint32
@@ -87,10 +90,11 @@ type register struct {
 
 // registers is the dispatch table, by BAR0 offset (docs/device-abi.md §3).
 var registers = map[uint32]register{
-	abi.RegID:      {read: constant(abi.IDMagic)},
-	abi.RegVersion: {read: constant(abi.Version)},
-	abi.RegCaps:    {read: func(f *RegisterFile) uint64 { return uint64(DefaultCaps | f.cfg.Caps) }},
-	abi.RegMemSize: {wide: true, read: func(f *RegisterFile) uint64 { return f.cfg.MemSize }},
+	abi.RegID:           {read: constant(abi.IDMagic)},
+	abi.RegVersion:      {read: constant(abi.Version)},
+	abi.RegCaps:         {read: func(f *RegisterFile) uint64 { return uint64(DefaultCaps | f.cfg.Caps) }},
+	abi.RegMemSize:      {wide: true, read: func(f *RegisterFile) uint64 { return f.cfg.MemSize }},
+	abi.RegLocalMemSize: {wide: true, read: func(f *RegisterFile) uint64 { return f.cfg.LocalMemSize }},
 	abi.RegGTTEntries: {read: func(f *RegisterFile) uint64 {
 		return uint64(f.cfg.GTT.Entries())
 	}},
