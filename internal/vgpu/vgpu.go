@@ -94,6 +94,7 @@ type VGPU struct {
 	part pool.Partition
 	mem  []byte   // the partition's graphics memory in the pool mapping
 	loc  []byte   // its device-local memory, right after mem (empty without)
+	dev  []byte   // mem and loc as one slice (DeviceMemory)
 	file *os.File // the partition's memfd, the aperture's backing; the pool owns it
 
 	pci    *pci.Config
@@ -151,6 +152,7 @@ func build(cfg Config, p *pool.Pool, part pool.Partition, log zerolog.Logger) (*
 		part:   part,
 		mem:    p.Slice(part),
 		loc:    p.LocalSlice(part),
+		dev:    deviceSlice(p, part),
 		file:   file,
 		dma:    vfio.NewDMATable(),
 		irqs:   vfio.NewIRQTable(),
@@ -233,9 +235,11 @@ func (v *VGPU) LocalMemory() []byte { return v.loc }
 // page p is graphics page p below MemSize/4096 and local page
 // p - MemSize/4096 from there (the page numbering a migration stream uses,
 // docs/migration-stream.md §4).
-func (v *VGPU) DeviceMemory() []byte {
-	n := len(v.mem) + len(v.loc)
-	return v.mem[:n:n]
+func (v *VGPU) DeviceMemory() []byte { return v.dev }
+
+// deviceSlice is part's graphics and local memory in p's mapping.
+func deviceSlice(p *pool.Pool, part pool.Partition) []byte {
+	return p.Mem()[part.Offset:part.End():part.End()]
 }
 
 // Stats returns the vGPU's counters.
