@@ -72,6 +72,13 @@ const (
 	RegScratch       = 0x080 // rw 32: free for the guest; no effect
 	RegLocalMemSize  = 0x088 // ro 64: device-local memory bytes (ABI 1.2; 0 without CapLocalMem)
 
+	// Streams (ABI 1.2, CapStreams; docs/device-abi.md §5.1): stream i's
+	// error at RegStreamErr + 4*i (rw 32: a CUDA-style code, 0 none;
+	// writing clears it) and its last retired fence at RegStreamFence + 8*i
+	// (ro 64). Without CapStreams these offsets read 0 as before.
+	RegStreamErr   = 0x100
+	RegStreamFence = 0x800
+
 	RegsEnd = 0x1000 // first byte past the register block
 
 	IDMagic = 0x47494d47 // "GMIG" read as little-endian bytes
@@ -87,6 +94,7 @@ const (
 	CapHeartbeat = 1 << 2 // RegHeartbeat is time-stamped by the host
 	CapModules   = 1 << 3 // KERNEL_LOAD_MODULE: guest PTX kernels (ABI 1.1; only back ends that run them)
 	CapLocalMem  = 1 << 4 // device-local memory: RegLocalMemSize, GTTLocal entries (ABI 1.2; vGPUs that have it)
+	CapStreams   = 1 << 5 // stream ids in command headers, per-stream fences and errors (ABI 1.2; vGPUs with local memory)
 )
 
 // RegControl bits (docs/device-abi.md §3).
@@ -167,6 +175,29 @@ const (
 const (
 	FenceInterrupt = 1 << 0 // raise IntFence when the fence completes
 	FenceWriteMem  = 1 << 1 // also write the 8-byte value at the fence address
+)
+
+// Stream ids (docs/device-abi.md §5.1, ABI 1.2, CapStreams): bits 8-15 of
+// every command's header flags name its stream; 0 is the default stream
+// every command of a 1.1 guest is on. Without CapStreams they stay
+// reserved.
+const (
+	CmdStreamShift = 8
+	CmdStreamMask  = 0xff << CmdStreamShift
+	MaxStreams     = 256
+)
+
+// Stream error codes in RegStreamErr (docs/device-abi.md §5.1): the CUresult
+// values of the CUDA driver API (cuda.h) a guest CUDA library returns as
+// they are.
+const (
+	CudaSuccess             = 0   // CUDA_SUCCESS
+	CudaErrorInvalidValue   = 1   // CUDA_ERROR_INVALID_VALUE: bad arguments, a DMA outside guest memory
+	CudaErrorInvalidImage   = 200 // CUDA_ERROR_INVALID_IMAGE: a module that does not load
+	CudaErrorInvalidHandle  = 400 // CUDA_ERROR_INVALID_HANDLE: an unknown kernel handle or kind
+	CudaErrorIllegalAddress = 700 // CUDA_ERROR_ILLEGAL_ADDRESS: a page fault
+	CudaErrorLaunchFailed   = 719 // CUDA_ERROR_LAUNCH_FAILED: a kernel that failed
+	CudaErrorUnknown        = 999 // CUDA_ERROR_UNKNOWN: any other failure
 )
 
 // Command sizes in bytes, header included (docs/device-abi.md §6).

@@ -68,6 +68,8 @@ type Driver struct {
 	localGA    allocator         // graphics addresses above the aperture mapping
 	localMap   map[uint64]uint64 // graphics page -> local page, as mapped
 
+	stream uint8 // the stream commands go on (stream.go)
+
 	ringBase uint64
 	ringSize uint32
 	tail     uint32 // where the next command goes

@@ -2,8 +2,11 @@ package guest
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+
+	"github.com/gmig-dev/gmig/abi"
 )
 
 // Convenience operations. Each submits one command (without waiting); the
@@ -100,8 +103,13 @@ func (d *Driver) Download(ctx context.Context, ga uint64, p []byte) error {
 	return nil
 }
 
-// put submits an encoding built in d.buf, keeping the buffer for reuse.
+// put submits an encoding built in d.buf, keeping the buffer for reuse,
+// on the current stream (SetStream).
 func (d *Driver) put(cmd []byte) error {
+	if d.stream != 0 {
+		flags := binary.LittleEndian.Uint16(cmd[2:])
+		binary.LittleEndian.PutUint16(cmd[2:], flags|uint16(d.stream)<<abi.CmdStreamShift)
+	}
 	d.buf = cmd
 	return d.Submit(cmd)
 }

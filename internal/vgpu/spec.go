@@ -52,7 +52,8 @@ func (c Config) caps() uint32 {
 		caps |= abi.CapModules
 	}
 	if c.LocalMemSize > 0 {
-		caps |= abi.CapLocalMem
+		// The CUDA-shaped device: local memory and streams together.
+		caps |= abi.CapLocalMem | abi.CapStreams
 	}
 	return caps
 }

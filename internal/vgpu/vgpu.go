@@ -175,6 +175,7 @@ func build(cfg Config, p *pool.Pool, part pool.Partition, log zerolog.Logger) (*
 		RAM:     &v.ram,
 		Events:  events{v},
 		Log:     v.log,
+		Streams: cfg.caps()&abi.CapStreams != 0,
 	})
 	v.regs = mmio.New(mmio.Config{
 		MemSize:      cfg.MemSize,
