@@ -168,7 +168,10 @@ const (
 	OpLaunch       = 8
 	// OpKernelLoadModule loads a guest PTX module (ABI 1.1, §6.8).
 	OpKernelLoadModule = 9
-	NumOps             = 10 // opcodes defined (1.0 had 9)
+	// OpLaunchParams launches a guest module with a parameter buffer (ABI
+	// 1.2, §6.9).
+	OpLaunchParams = 10
+	NumOps         = 11 // opcodes defined (1.0 had 9, 1.1 had 10)
 )
 
 // Command header flags (docs/device-abi.md §6).
@@ -215,7 +218,13 @@ const (
 	LaunchMaxArgs       = 8
 
 	CmdKernelLoadModuleSize = 32 // ABI 1.1
+	CmdLaunchParamsSize     = 40 // ABI 1.2
 )
+
+// LaunchParamsMax bounds a LAUNCH_PARAMS parameter buffer (docs/device-abi.md
+// §6.9): 4 KiB, the CUDA driver's kernel-parameter limit before CUDA 12.1
+// (the CUDA C Programming Guide, "Function Parameters").
+const LaunchParamsMax = 4096
 
 // Guest modules (docs/device-abi.md §6.8, ABI 1.1).
 const (
@@ -307,6 +316,20 @@ type CmdLaunchBase struct {
 	Header CmdHeader
 	Handle uint32
 	NArgs  uint32
+}
+
+// CmdLaunchParams mirrors LAUNCH_PARAMS (§6.9, ABI 1.2): runs guest module
+// Handle on Threads threads with the ParamsLen-byte parameter buffer at
+// graphics address Params, laid out as the module's PTX declares its
+// parameters.
+type CmdLaunchParams struct {
+	Header    CmdHeader
+	Handle    uint32
+	Pad       uint32
+	Threads   uint64
+	Params    uint64
+	ParamsLen uint32
+	Pad2      uint32
 }
 
 // CmdKernelLoadModule mirrors KERNEL_LOAD_MODULE (§6.8, ABI 1.1): creates

@@ -214,6 +214,8 @@ func (e *Engine) exec(c Command) result {
 		return e.execLaunch(c)
 	case KernelLoadModule:
 		return e.execKernelLoadModule(c)
+	case LaunchParams:
+		return e.execLaunchParams(c)
 	}
 	return fail(abi.ErrCommand, fmt.Errorf("%w: no handler for %T", ErrBadArgs, c))
 }

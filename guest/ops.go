@@ -46,6 +46,15 @@ func (d *Driver) Launch(handle uint32, args ...uint64) error {
 	return d.put(AppendLaunch(d.buf[:0], handle, args...))
 }
 
+// LaunchParams submits LAUNCH_PARAMS (docs/device-abi.md §6.9, ABI 1.2):
+// guest module handle on threads threads with the n-byte parameter buffer
+// the guest stored at graphics address params, laid out as the module's
+// PTX declares its parameters (package engine/ptxparam computes that
+// layout, as cuFuncGetParamInfo reports it).
+func (d *Driver) LaunchParams(handle uint32, threads, params uint64, n uint32) error {
+	return d.put(AppendLaunchParams(d.buf[:0], handle, threads, params, n))
+}
+
 // Saxpy launches a SAXPY kernel: y[i] = a*x[i] + y[i] for n floats.
 func (d *Driver) Saxpy(handle uint32, n uint64, a float32, x, y uint64) error {
 	return d.Launch(handle, SaxpyArgs(n, a, x, y)...)
