@@ -67,6 +67,7 @@ type Driver struct {
 	localPages allocator         // byte offsets of device-local memory
 	localGA    allocator         // graphics addresses above the aperture mapping
 	localMap   map[uint64]uint64 // graphics page -> local page, as mapped
+	localOff   map[uint64]uint64 // AllocLocal's graphics address -> its local offset
 
 	stream uint8 // the stream commands go on (stream.go)
 

@@ -29,7 +29,7 @@ func (d *Driver) LocalMemSize() uint64 { return d.localSize }
 // identifyLocal reads LOCAL_MEM_SIZE on a device that announces it and
 // sets up the local allocators; a device without it has none.
 func (d *Driver) identifyLocal() error {
-	d.localSize, d.localMap = 0, map[uint64]uint64{}
+	d.localSize, d.localMap, d.localOff = 0, map[uint64]uint64{}, map[uint64]uint64{}
 	if d.caps&abi.CapLocalMem == 0 {
 		return nil
 	}
@@ -105,6 +105,7 @@ func (d *Driver) AllocLocal(n uint64) (uint64, error) {
 			return 0, err
 		}
 	}
+	d.localOff[ga] = off
 	return ga, nil
 }
 
@@ -115,13 +116,14 @@ func (d *Driver) FreeLocal(ga uint64) error {
 	if !ok {
 		return fmt.Errorf("guest: freeing local %#x, which is not a local allocation", ga)
 	}
-	off := d.localMap[ga>>abi.PageShift] << abi.PageShift
 	if err := d.unmapLocal(ga, n); err != nil {
 		return err
 	}
 	if err := d.localGA.release(ga); err != nil {
 		return err
 	}
+	off := d.localOff[ga]
+	delete(d.localOff, ga)
 	return d.localPages.release(off)
 }
 

@@ -102,6 +102,19 @@ func TestLocalMemoryThroughCommands(t *testing.T) {
 	if local != 3 {
 		t.Errorf("%d writes reported in local memory, want 3 (FILL, DMA, COPY): %v", local, wrote)
 	}
+	mu.Unlock()
+	// A device reset clears the GTT; the driver maps local memory again
+	// and its bytes are still there (a reset clears no memory).
+	run(d.Reset)
+	clear(got)
+	run(func() error { return d.WriteGA(back, got) })
+	run(func() error { return d.Copy(back, ga+abi.PageSize, abi.PageSize) })
+	run(func() error { return d.Wait(ctx, d.Fence(0)) })
+	run(func() error { return d.ReadGA(back, got) })
+	if !bytes.Equal(got, ram[:abi.PageSize]) {
+		t.Error("after a device reset, local memory is not mapped where it was")
+	}
+	mu.Lock()
 	run(func() error { return d.FreeLocal(ga) })
 	if _, err := d.AllocLocal(localSize + abi.PageSize); !errors.Is(err, guest.ErrNoGraphicsMemory) {
 		t.Errorf("AllocLocal beyond LOCAL_MEM_SIZE: %v, want ErrNoGraphicsMemory", err)
