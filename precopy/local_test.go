@@ -3,6 +3,8 @@ package precopy
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"io"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -69,8 +71,16 @@ func must(t *testing.T, err error) {
 // place; the stop phase sends exactly the four local pages written after
 // the pre-copy, hashes no local page (the final scan hashes at most the
 // graphics pages), and on the destination the guest reaches the migrated
-// local memory at the same graphics addresses.
+// local memory at the same graphics addresses. It runs with the stop
+// phase on one stream and on three (local pages go on the first; every
+// stream's reader shares the claim over the pages).
 func TestLocalMemoryMigrates(t *testing.T) {
+	for _, k := range []int{1, 3} {
+		t.Run(fmt.Sprintf("streams=%d", k), func(t *testing.T) { testLocalMigrates(t, k) })
+	}
+}
+
+func testLocalMigrates(t *testing.T, k int) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	src, dst := localVGPU(t, "src", 0), localVGPU(t, "dst", localGfx)
@@ -78,10 +88,18 @@ func TestLocalMemoryMigrates(t *testing.T) {
 	d := vm.Driver()
 
 	a, b := migtest.TCPPair(t)
-	recv := receive(ctx, b, dst.V, Options{Log: migtest.Log})
+	extra, next := streamPairs(t, k)
+	recv := receive(ctx, b, dst.V, Options{NextStream: next, Log: migtest.Log})
 	s, err := NewSource(src.V, a, Options{Strategy: OneShot, Workers: 2, SerialStop: true, Log: migtest.Log})
 	must(t, err)
 	defer s.Close()
+	conns := make([]io.ReadWriter, len(extra))
+	for i, c := range extra {
+		conns[i] = c
+	}
+	if k > 1 {
+		must(t, s.AddStreams(conns...))
+	}
 	if s.Pages() != localGfx/stream.PageSize+localBytes/stream.PageSize {
 		t.Errorf("Pages = %d, want graphics and local pages", s.Pages())
 	}
@@ -99,6 +117,9 @@ func TestLocalMemoryMigrates(t *testing.T) {
 	r := <-recv
 	must(t, r.err)
 
+	if rep.Stop.Streams != k {
+		t.Errorf("stop phase on %d streams, want %d", rep.Stop.Streams, k)
+	}
 	if rep.Stop.LocalPages != 4 || r.rep.Stop.LocalPages != 4 {
 		t.Errorf("local pages sent at the stop: source %d, destination %d; want exactly 4", rep.Stop.LocalPages, r.rep.Stop.LocalPages)
 	}
