@@ -11,7 +11,7 @@ package abi
 // (docs/device-abi.md §1): major in the high 16 bits, minor in the low 16.
 const (
 	VersionMajor = 1
-	VersionMinor = 1 // 1.1 adds KERNEL_LOAD_MODULE (guest PTX), announced by CapModules
+	VersionMinor = 2 // 1.1 added KERNEL_LOAD_MODULE (CapModules); 1.2 adds device-local memory (CapLocalMem)
 	Version      = VersionMajor<<16 | VersionMinor
 )
 
@@ -70,6 +70,14 @@ const (
 	RegHeartbeat     = 0x070 // rw 64: guest heartbeat; each write is time-stamped by the host
 	RegCmdsDone      = 0x078 // ro 64: commands retired since reset
 	RegScratch       = 0x080 // rw 32: free for the guest; no effect
+	RegLocalMemSize  = 0x088 // ro 64: device-local memory bytes (ABI 1.2; 0 without CapLocalMem)
+
+	// Streams (ABI 1.2, CapStreams; docs/device-abi.md §5.1): stream i's
+	// error at RegStreamErr + 4*i (rw 32: a CUDA-style code, 0 none;
+	// writing clears it) and its last retired fence at RegStreamFence + 8*i
+	// (ro 64). Without CapStreams these offsets read 0 as before.
+	RegStreamErr   = 0x100
+	RegStreamFence = 0x800
 
 	RegsEnd = 0x1000 // first byte past the register block
 
@@ -85,6 +93,8 @@ const (
 	CapFenceMem  = 1 << 1 // FENCE may write its value to graphics memory
 	CapHeartbeat = 1 << 2 // RegHeartbeat is time-stamped by the host
 	CapModules   = 1 << 3 // KERNEL_LOAD_MODULE: guest PTX kernels (ABI 1.1; only back ends that run them)
+	CapLocalMem  = 1 << 4 // device-local memory: RegLocalMemSize, GTTLocal entries (ABI 1.2; vGPUs that have it)
+	CapStreams   = 1 << 5 // stream ids in command headers, per-stream fences and errors (ABI 1.2; vGPUs with local memory)
 )
 
 // RegControl bits (docs/device-abi.md §3).
@@ -136,6 +146,15 @@ const (
 	GTTReservedMask = ^uint64(GTTFlagsMask | GTTPageMask)
 )
 
+// Device-local GTT entries (docs/device-abi.md §3.1, ABI 1.2). On a vGPU
+// with CapLocalMem, bit 2 of an entry says its page number names a page of
+// device-local memory (below RegLocalMemSize/PageSize) instead of an
+// aperture page; on any other vGPU bit 2 stays reserved (GTTReservedMask).
+const (
+	GTTLocal                = 1 << 2
+	GTTReservedMaskLocalMem = ^uint64(GTTFlagsMask | GTTLocal | GTTPageMask)
+)
+
 // Command opcodes (docs/device-abi.md §6).
 const (
 	OpNop          = 0
@@ -149,13 +168,39 @@ const (
 	OpLaunch       = 8
 	// OpKernelLoadModule loads a guest PTX module (ABI 1.1, §6.8).
 	OpKernelLoadModule = 9
-	NumOps             = 10 // opcodes defined (1.0 had 9)
+	// OpLaunchParams launches a guest module with a parameter buffer (ABI
+	// 1.2, §6.9).
+	OpLaunchParams = 10
+	NumOps         = 11 // opcodes defined (1.0 had 9, 1.1 had 10)
 )
 
 // Command header flags (docs/device-abi.md §6).
 const (
 	FenceInterrupt = 1 << 0 // raise IntFence when the fence completes
 	FenceWriteMem  = 1 << 1 // also write the 8-byte value at the fence address
+)
+
+// Stream ids (docs/device-abi.md §5.1, ABI 1.2, CapStreams): bits 8-15 of
+// every command's header flags name its stream; 0 is the default stream
+// every command of a 1.1 guest is on. Without CapStreams they stay
+// reserved.
+const (
+	CmdStreamShift = 8
+	CmdStreamMask  = 0xff << CmdStreamShift
+	MaxStreams     = 256
+)
+
+// Stream error codes in RegStreamErr (docs/device-abi.md §5.1): the CUresult
+// values of the CUDA driver API (cuda.h) a guest CUDA library returns as
+// they are.
+const (
+	CudaSuccess             = 0   // CUDA_SUCCESS
+	CudaErrorInvalidValue   = 1   // CUDA_ERROR_INVALID_VALUE: bad arguments, a DMA outside guest memory
+	CudaErrorInvalidImage   = 200 // CUDA_ERROR_INVALID_IMAGE: a module that does not load
+	CudaErrorInvalidHandle  = 400 // CUDA_ERROR_INVALID_HANDLE: an unknown kernel handle or kind
+	CudaErrorIllegalAddress = 700 // CUDA_ERROR_ILLEGAL_ADDRESS: a page fault
+	CudaErrorLaunchFailed   = 719 // CUDA_ERROR_LAUNCH_FAILED: a kernel that failed
+	CudaErrorUnknown        = 999 // CUDA_ERROR_UNKNOWN: any other failure
 )
 
 // Command sizes in bytes, header included (docs/device-abi.md §6).
@@ -173,7 +218,13 @@ const (
 	LaunchMaxArgs       = 8
 
 	CmdKernelLoadModuleSize = 32 // ABI 1.1
+	CmdLaunchParamsSize     = 40 // ABI 1.2
 )
+
+// LaunchParamsMax bounds a LAUNCH_PARAMS parameter buffer (docs/device-abi.md
+// §6.9): 4 KiB, the CUDA driver's kernel-parameter limit before CUDA 12.1
+// (the CUDA C Programming Guide, "Function Parameters").
+const LaunchParamsMax = 4096
 
 // Guest modules (docs/device-abi.md §6.8, ABI 1.1).
 const (
@@ -265,6 +316,20 @@ type CmdLaunchBase struct {
 	Header CmdHeader
 	Handle uint32
 	NArgs  uint32
+}
+
+// CmdLaunchParams mirrors LAUNCH_PARAMS (§6.9, ABI 1.2): runs guest module
+// Handle on Threads threads with the ParamsLen-byte parameter buffer at
+// graphics address Params, laid out as the module's PTX declares its
+// parameters.
+type CmdLaunchParams struct {
+	Header    CmdHeader
+	Handle    uint32
+	Pad       uint32
+	Threads   uint64
+	Params    uint64
+	ParamsLen uint32
+	Pad2      uint32
 }
 
 // CmdKernelLoadModule mirrors KERNEL_LOAD_MODULE (§6.8, ABI 1.1): creates

@@ -22,6 +22,7 @@ func TestCommandSizes(t *testing.T) {
 		{"CmdKernelUnload", CmdKernelUnload{}, CmdKernelUnloadSize},
 		{"CmdLaunchBase", CmdLaunchBase{}, CmdLaunchBaseSize},
 		{"CmdKernelLoadModule", CmdKernelLoadModule{}, CmdKernelLoadModuleSize},
+		{"CmdLaunchParams", CmdLaunchParams{}, CmdLaunchParamsSize},
 	}
 	for _, c := range cases {
 		if got := binary.Size(c.v); got != c.want {

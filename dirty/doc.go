@@ -31,6 +31,10 @@
 //     checked until recorded again. A log that fails is dropped and
 //     scans hash every page again.
 //
+// Device-local memory (docs/device-abi.md §1.3) has no aperture: only the
+// engine writes it, so Marks, the engine bitmap alone, is its exact dirty
+// set and nothing hashes it.
+//
 // Scan, the final detection with the VM stopped, reports each dirty page once
 // under the first source that applies: Engine, Background, Unrecorded (never
 // recorded, so nothing to compare), Sample, Hash.

@@ -61,6 +61,11 @@ type Backend interface {
 	// returns the host extents it wrote: a guest kernel's writes are not
 	// known in advance, the back end finds them.
 	LaunchModule(handle uint32, args []uint64) ([]gtt.Extent, error)
+	// LaunchModuleParams runs it on threads threads with params, a
+	// parameter buffer the engine checked against the module's PTX
+	// parameter layout (LAUNCH_PARAMS, ABI 1.2, §6.9), and returns the
+	// host extents it wrote.
+	LaunchModuleParams(handle uint32, threads uint64, params []byte) ([]gtt.Extent, error)
 	// Place asks for graphics memory at device virtual address va (0 asks
 	// nothing) and returns where it is: guest kernels see it there, and a
 	// migration asks the destination for the source's address so that

@@ -19,8 +19,8 @@ var (
 )
 
 // Command is one decoded ring command (docs/device-abi.md §6). The concrete
-// types are Nop, Copy, Fill, DMA, Fence, KernelLoad, KernelUnload, Launch
-// and (ABI 1.1) KernelLoadModule.
+// types are Nop, Copy, Fill, DMA, Fence, KernelLoad, KernelUnload, Launch,
+// (ABI 1.1) KernelLoadModule and (ABI 1.2) LaunchParams.
 type Command interface {
 	// Opcode is the abi.Op* number of the command.
 	Opcode() uint16
@@ -69,6 +69,16 @@ type KernelLoadModule struct {
 // KernelUnload is KERNEL_UNLOAD (§6.6).
 type KernelUnload struct{ Handle uint32 }
 
+// LaunchParams is LAUNCH_PARAMS (§6.9, ABI 1.2): guest module Handle on
+// Threads threads with the Len-byte parameter buffer at graphics address
+// Params.
+type LaunchParams struct {
+	Handle  uint32
+	Threads uint64
+	Params  uint64
+	Len     uint32
+}
+
 // Launch is LAUNCH (§6.7).
 type Launch struct {
 	Handle uint32
@@ -83,6 +93,7 @@ func (c KernelLoad) Opcode() uint16       { return abi.OpKernelLoad }
 func (c KernelUnload) Opcode() uint16     { return abi.OpKernelUnload }
 func (c KernelLoadModule) Opcode() uint16 { return abi.OpKernelLoadModule }
 func (c Launch) Opcode() uint16           { return abi.OpLaunch }
+func (c LaunchParams) Opcode() uint16     { return abi.OpLaunchParams }
 func (c DMA) Opcode() uint16 {
 	if c.ToGfx {
 		return abi.OpDMAToGfx
@@ -99,6 +110,7 @@ func (c KernelLoad) Size() uint32       { return abi.CmdKernelLoadSize }
 func (c KernelUnload) Size() uint32     { return abi.CmdKernelUnloadSize }
 func (c KernelLoadModule) Size() uint32 { return abi.CmdKernelLoadModuleSize }
 func (c Launch) Size() uint32           { return abi.CmdLaunchBaseSize + 8*uint32(len(c.Args)) }
+func (c LaunchParams) Size() uint32     { return abi.CmdLaunchParamsSize }
 
 var le = binary.LittleEndian
 
@@ -140,6 +152,9 @@ var opSpecs = [abi.NumOps]opSpec{
 	abi.OpLaunch: {0, 0, decodeLaunch},
 	abi.OpKernelLoadModule: {abi.CmdKernelLoadModuleSize, 0, func(_ abi.CmdHeader, p []byte) (Command, error) {
 		return KernelLoadModule{Handle: le.Uint32(p[0:]), Args: le.Uint32(p[4:]), Image: le.Uint64(p[8:]), Len: le.Uint32(p[16:])}, nil
+	}},
+	abi.OpLaunchParams: {abi.CmdLaunchParamsSize, 0, func(_ abi.CmdHeader, p []byte) (Command, error) {
+		return LaunchParams{Handle: le.Uint32(p[0:]), Threads: le.Uint64(p[8:]), Params: le.Uint64(p[16:]), Len: le.Uint32(p[24:])}, nil
 	}},
 }
 

@@ -25,6 +25,7 @@ var allCommands = []Command{
 	Launch{Handle: 9, Args: []uint64{}},
 	Launch{Handle: 9, Args: []uint64{1, 2, 3, 4, 5, 6, 7, 8}},
 	KernelLoadModule{Handle: 11, Args: 3, Image: 0x5000, Len: 1234},
+	LaunchParams{Handle: 11, Threads: 1 << 20, Params: 0x6000, Len: 40},
 }
 
 func TestDecodeValid(t *testing.T) {

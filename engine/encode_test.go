@@ -40,6 +40,8 @@ func encode(c Command) []byte {
 		return guest.AppendLaunch(nil, c.Handle, c.Args...)
 	case KernelLoadModule:
 		return guest.AppendKernelLoadModule(nil, c.Handle, c.Args, c.Image, c.Len)
+	case LaunchParams:
+		return guest.AppendLaunchParams(nil, c.Handle, c.Threads, c.Params, c.Len)
 	}
 	panic(fmt.Sprintf("engine: encode of %T", c))
 }

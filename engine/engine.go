@@ -30,6 +30,10 @@ type Config struct {
 	RAM     GuestMemory
 	Events  Events
 	Log     zerolog.Logger
+	// Streams turns on stream ids in command headers, per-stream fences and
+	// errors (docs/device-abi.md §5.1, ABI 1.2, abi.CapStreams). Without
+	// it the stream bits are reserved, as in ABI 1.1.
+	Streams bool
 }
 
 // Regs is a snapshot of the engine's registers (docs/device-abi.md §3).
@@ -56,6 +60,9 @@ type regs struct {
 	fenceDone  uint64
 	cmdsDone   uint64
 	gen        uint64
+	// streams is each stream's fence and error (ABI 1.2, Config.Streams;
+	// stream.go): a reset zeroes them with the rest.
+	streams [abi.MaxStreams]streamReg
 }
 
 // ctlReq asks the engine goroutine to park (quiesce) or unpark (resume); it

@@ -33,6 +33,9 @@ type result struct {
 	code  uint32       // abi.Err* bit of a failure, 0 on success
 	err   error
 
+	stream  uint32 // the command's stream (0 without streams)
+	skipped bool   // not run: its stream has an error (stream.go)
+
 	fenced    bool
 	fence     uint64
 	interrupt bool
@@ -65,6 +68,11 @@ func (e *Engine) step() {
 		e.cfg.Events.Wrote(res.wrote)
 	}
 	if res.code != 0 {
+		// The stream's error is there before the guest can learn of
+		// the failure.
+		e.mu.Lock()
+		e.noteStreamLocked(result{code: res.code, drop: res.drop, op: res.op, stream: res.stream})
+		e.mu.Unlock()
 		f := Fault{Code: res.code, RingOffset: p.head, Opcode: res.op, Err: res.err}
 		e.log.Debug().Uint32("code", f.Code).Uint32("ring_offset", f.RingOffset).
 			Uint16("opcode", f.Opcode).Bool("batch_dropped", res.drop).Err(f.Err).Msg("engine: command failed")
@@ -84,6 +92,7 @@ func (e *Engine) step() {
 	e.r.cmdsDone++
 	if res.fenced {
 		e.r.fenceDone = res.fence
+		e.noteStreamLocked(result{fenced: true, fence: res.fence, stream: res.stream})
 	}
 	e.mu.Unlock()
 	if res.fenced {
@@ -112,6 +121,7 @@ func (e *Engine) fetchAndRun(p ringPos) result {
 		r.drop = true
 		return r
 	}
+	stream := e.takeStream(hb)
 	h, err := DecodeHeader(hb)
 	avail := (p.tail - p.head) & (p.size - 1)
 	if err == nil && h.Size > avail {
@@ -131,8 +141,13 @@ func (e *Engine) fetchAndRun(p ringPos) result {
 		r.op, r.drop = h.Opcode, true
 		return r
 	}
-	r := e.exec(c)
-	r.op, r.size = h.Opcode, h.Size
+	var r result
+	if h.Opcode != abi.OpFence && e.streamFailed(stream) {
+		r.skipped = true
+	} else {
+		r = e.exec(c)
+	}
+	r.op, r.size, r.stream = h.Opcode, h.Size, stream
 	return r
 }
 
@@ -199,6 +214,8 @@ func (e *Engine) exec(c Command) result {
 		return e.execLaunch(c)
 	case KernelLoadModule:
 		return e.execKernelLoadModule(c)
+	case LaunchParams:
+		return e.execLaunchParams(c)
 	}
 	return fail(abi.ErrCommand, fmt.Errorf("%w: no handler for %T", ErrBadArgs, c))
 }

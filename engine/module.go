@@ -125,4 +125,8 @@ func (s *software) LaunchModule(uint32, []uint64) ([]gtt.Extent, error) {
 	return nil, fmt.Errorf("%w: the software back end has no guest modules", ErrNoModules)
 }
 
+func (s *software) LaunchModuleParams(uint32, uint64, []byte) ([]gtt.Extent, error) {
+	return nil, fmt.Errorf("%w: the software back end has no guest modules", ErrNoModules)
+}
+
 func (s *software) Place(uint64) (uint64, error) { return 0, nil }

@@ -27,6 +27,9 @@ type State struct {
 	// virtual addresses (0: no device addresses); a restoring engine asks
 	// its back end for the same address (Backend.Place).
 	DeviceVA uint64
+	// Streams are the streams with a fence or an error (ABI 1.2,
+	// Config.Streams), by id.
+	Streams []StreamState
 }
 
 // KernelObject is one loaded kernel object (§6.5).
@@ -65,6 +68,7 @@ func (e *Engine) Save() (State, error) {
 		s.Modules = sortedModules(e.modules)
 	}
 	s.DeviceVA = va
+	s.Streams = e.r.saveStreams()
 	return s, nil
 }
 
@@ -88,6 +92,9 @@ func (s State) Validate() error {
 		if s.Head >= s.RingSize || s.Tail >= s.RingSize {
 			return fmt.Errorf("%w: head %#x or tail %#x outside a %#x-byte ring", ErrBadState, s.Head, s.Tail, s.RingSize)
 		}
+	}
+	if err := validateStreams(s.Streams); err != nil {
+		return err
 	}
 	if len(s.Kernels) > abi.MaxKernels {
 		return fmt.Errorf("%w: %d kernel objects (at most %d)", ErrBadState, len(s.Kernels), abi.MaxKernels)
@@ -140,6 +147,9 @@ func (e *Engine) Restore(s State) error {
 	if err := s.Validate(); err != nil {
 		return err
 	}
+	if len(s.Streams) > 0 && !e.cfg.Streams {
+		return fmt.Errorf("%w: %d streams for an engine without streams", ErrBadState, len(s.Streams))
+	}
 	e.mu.Lock()
 	err := e.checkQuiescedLocked()
 	old := e.modules
@@ -161,6 +171,9 @@ func (e *Engine) Restore(s State) error {
 		fenceDone: s.FenceDone,
 		cmdsDone:  s.CmdsDone,
 		gen:       e.r.gen + 1,
+	}
+	for _, st := range s.Streams {
+		e.r.streams[st.ID] = streamReg{fence: st.Fence, err: st.Err}
 	}
 	e.kernels = make(map[uint32]uint32, len(s.Kernels))
 	for _, k := range s.Kernels {

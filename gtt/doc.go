@@ -10,6 +10,10 @@
 // entry of a valid guest entry is the host pool byte offset of that page
 // (partition base + page*4096) with the entry's flags; Resolve walks the
 // shadow to turn a graphics-address range into host extents for the engine.
+// A vGPU with device-local memory (ABI 1.2, NewWithLocal) has its local
+// pages right after its graphics memory in the pool: an entry with
+// abi.GTTLocal names local page p, shadowed at base + (pages+p)*4096, so
+// the engine reaches both the same way.
 //
 // The guest's view is what migrates (Save/Restore); the shadow never does.
 // On a destination the vGPU's partition sits at another pool offset: the

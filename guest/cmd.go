@@ -103,6 +103,18 @@ func AppendLaunch(b []byte, handle uint32, args ...uint64) []byte {
 	return appendU64s(b, args...)
 }
 
+// AppendLaunchParams appends LAUNCH_PARAMS (§6.9, ABI 1.2): guest module
+// handle on threads threads with the n-byte parameter buffer at graphics
+// address params.
+func AppendLaunchParams(b []byte, handle uint32, threads, params uint64, n uint32) []byte {
+	b = AppendHeader(b, abi.OpLaunchParams, 0, abi.CmdLaunchParamsSize)
+	b = binary.LittleEndian.AppendUint32(b, handle)
+	b = binary.LittleEndian.AppendUint32(b, 0)
+	b = appendU64s(b, threads, params)
+	b = binary.LittleEndian.AppendUint32(b, n)
+	return binary.LittleEndian.AppendUint32(b, 0)
+}
+
 // SaxpyArgs are the LAUNCH arguments of a SAXPY kernel (§7.1).
 func SaxpyArgs(n uint64, a float32, x, y uint64) []uint64 {
 	return []uint64{n, uint64(math.Float32bits(a)), x, y}

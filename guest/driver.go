@@ -63,6 +63,14 @@ type Driver struct {
 	perm  []uint32 // graphics page -> aperture page, for mapped graphics pages
 	alloc allocator
 
+	localSize  uint64            // LOCAL_MEM_SIZE, 0 without abi.CapLocalMem (local.go)
+	localPages allocator         // byte offsets of device-local memory
+	localGA    allocator         // graphics addresses above the aperture mapping
+	localMap   map[uint64]uint64 // graphics page -> local page, as mapped
+	localOff   map[uint64]uint64 // AllocLocal's graphics address -> its local offset
+
+	stream uint8 // the stream commands go on (stream.go)
+
 	ringBase uint64
 	ringSize uint32
 	tail     uint32 // where the next command goes
@@ -97,6 +105,7 @@ func Open(bus Bus, opts Options) (*Driver, error) {
 	if err := d.mapGTT(); err != nil {
 		return nil, err
 	}
+	d.initLocal()
 	if err := d.startRing(); err != nil {
 		return nil, err
 	}
@@ -149,7 +158,7 @@ func (d *Driver) identify() error {
 	if n := uint64(len(d.bus.Aperture())); n < d.memSize {
 		return fmt.Errorf("guest: aperture is %#x bytes, MEM_SIZE %#x", n, d.memSize)
 	}
-	return nil
+	return d.identifyLocal()
 }
 
 func (d *Driver) startRing() error {
@@ -242,6 +251,9 @@ func (d *Driver) Reset() error {
 	}
 	d.err, d.tail, d.flushed, d.head, d.fence = nil, 0, 0, 0, 0
 	if err := d.writeGTT(d.perm); err != nil {
+		return err
+	}
+	if err := d.remapLocal(); err != nil {
 		return err
 	}
 	if err := d.enableRing(); err != nil {

@@ -2,8 +2,11 @@ package guest
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+
+	"github.com/gmig-dev/gmig/abi"
 )
 
 // Convenience operations. Each submits one command (without waiting); the
@@ -41,6 +44,15 @@ func (d *Driver) UnloadKernel(handle uint32) error {
 // Launch submits LAUNCH of handle with args.
 func (d *Driver) Launch(handle uint32, args ...uint64) error {
 	return d.put(AppendLaunch(d.buf[:0], handle, args...))
+}
+
+// LaunchParams submits LAUNCH_PARAMS (docs/device-abi.md §6.9, ABI 1.2):
+// guest module handle on threads threads with the n-byte parameter buffer
+// the guest stored at graphics address params, laid out as the module's
+// PTX declares its parameters (package engine/ptxparam computes that
+// layout, as cuFuncGetParamInfo reports it).
+func (d *Driver) LaunchParams(handle uint32, threads, params uint64, n uint32) error {
+	return d.put(AppendLaunchParams(d.buf[:0], handle, threads, params, n))
 }
 
 // Saxpy launches a SAXPY kernel: y[i] = a*x[i] + y[i] for n floats.
@@ -100,8 +112,13 @@ func (d *Driver) Download(ctx context.Context, ga uint64, p []byte) error {
 	return nil
 }
 
-// put submits an encoding built in d.buf, keeping the buffer for reuse.
+// put submits an encoding built in d.buf, keeping the buffer for reuse,
+// on the current stream (SetStream).
 func (d *Driver) put(cmd []byte) error {
+	if d.stream != 0 {
+		flags := binary.LittleEndian.Uint16(cmd[2:])
+		binary.LittleEndian.PutUint16(cmd[2:], flags|uint16(d.stream)<<abi.CmdStreamShift)
+	}
 	d.buf = cmd
 	return d.Submit(cmd)
 }

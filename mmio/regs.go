@@ -15,6 +15,10 @@ type Engine interface {
 	SetRingSize(n uint32)
 	SetEnabled(on bool) error
 	Doorbell(tail uint32) error
+	// Stream and ClearStreamError serve the stream registers (ABI 1.2,
+	// abi.CapStreams): stream id's error code and last fence.
+	Stream(id uint32) (code uint32, fence uint64)
+	ClearStreamError(id uint32)
 }
 
 // GTT is the guest GTT as the GTT window sees it.
@@ -27,6 +31,9 @@ type GTT interface {
 // Config wires a RegisterFile to the rest of its vGPU.
 type Config struct {
 	MemSize uint64
+	// LocalMemSize is the device-local memory LOCAL_MEM_SIZE reads (ABI
+	// 1.2); 0 on a vGPU without it, which reads 0 there as before.
+	LocalMemSize uint64
 	// Caps are CAPS bits beyond DefaultCaps that this vGPU's back end
 	// offers (abi.CapModules).
 	Caps   uint32
@@ -87,10 +94,11 @@ type register struct {
 
 // registers is the dispatch table, by BAR0 offset (docs/device-abi.md §3).
 var registers = map[uint32]register{
-	abi.RegID:      {read: constant(abi.IDMagic)},
-	abi.RegVersion: {read: constant(abi.Version)},
-	abi.RegCaps:    {read: func(f *RegisterFile) uint64 { return uint64(DefaultCaps | f.cfg.Caps) }},
-	abi.RegMemSize: {wide: true, read: func(f *RegisterFile) uint64 { return f.cfg.MemSize }},
+	abi.RegID:           {read: constant(abi.IDMagic)},
+	abi.RegVersion:      {read: constant(abi.Version)},
+	abi.RegCaps:         {read: func(f *RegisterFile) uint64 { return uint64(DefaultCaps | f.cfg.Caps) }},
+	abi.RegMemSize:      {wide: true, read: func(f *RegisterFile) uint64 { return f.cfg.MemSize }},
+	abi.RegLocalMemSize: {wide: true, read: func(f *RegisterFile) uint64 { return f.cfg.LocalMemSize }},
 	abi.RegGTTEntries: {read: func(f *RegisterFile) uint64 {
 		return uint64(f.cfg.GTT.Entries())
 	}},
@@ -125,6 +133,41 @@ var registers = map[uint32]register{
 	abi.RegScratch: {read: field(func(s *State) *uint32 { return &s.Scratch }),
 		write: func(f *RegisterFile, v uint64) { f.update(func(s *State) { s.Scratch = uint32(v) }) }},
 }
+
+// The stream registers (docs/device-abi.md §5.1, ABI 1.2): answered by the
+// engine on a vGPU with abi.CapStreams, 0 and no effect on any other, as
+// unlisted offsets are.
+func init() {
+	for i := range uint32(abi.MaxStreams) {
+		registers[abi.RegStreamErr+4*i] = register{
+			read: func(f *RegisterFile) uint64 {
+				code, _ := f.streams().Stream(i)
+				return uint64(code)
+			},
+			write: func(f *RegisterFile, _ uint64) { f.streams().ClearStreamError(i) },
+		}
+		registers[abi.RegStreamFence+8*i] = register{wide: true, read: func(f *RegisterFile) uint64 {
+			_, fence := f.streams().Stream(i)
+			return fence
+		}}
+	}
+}
+
+// streams is the engine, or no streams at all without abi.CapStreams.
+func (f *RegisterFile) streams() interface {
+	Stream(id uint32) (uint32, uint64)
+	ClearStreamError(id uint32)
+} {
+	if f.cfg.Caps&abi.CapStreams == 0 {
+		return noStreams{}
+	}
+	return f.cfg.Engine
+}
+
+type noStreams struct{}
+
+func (noStreams) Stream(uint32) (uint32, uint64) { return 0, 0 }
+func (noStreams) ClearStreamError(uint32)        {}
 
 func constant(v uint64) func(*RegisterFile) uint64 {
 	return func(*RegisterFile) uint64 { return v }

@@ -16,9 +16,11 @@ type fakeEngine struct {
 	doorbells []uint32
 }
 
-func (e *fakeEngine) Regs() engine.Regs     { return e.regs }
-func (e *fakeEngine) SetRingBase(ga uint64) { e.regs.RingBase = ga }
-func (e *fakeEngine) SetRingSize(n uint32)  { e.regs.RingSize = n }
+func (e *fakeEngine) Regs() engine.Regs              { return e.regs }
+func (e *fakeEngine) Stream(uint32) (uint32, uint64) { return 0, 0 }
+func (e *fakeEngine) ClearStreamError(uint32)        {}
+func (e *fakeEngine) SetRingBase(ga uint64)          { e.regs.RingBase = ga }
+func (e *fakeEngine) SetRingSize(n uint32)           { e.regs.RingSize = n }
 func (e *fakeEngine) SetEnabled(on bool) error {
 	if on && e.regs.RingSize == 0 {
 		return errors.New("bad ring")

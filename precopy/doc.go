@@ -14,7 +14,10 @@
 // engine's own writes (vgpu.ObserveWrites), an optional background re-hash
 // between the pre-copy and the stop, the sampling pre-filter and per-page
 // xxhash for everything else — the guest CPU writes the aperture without
-// trapping, so content is the only complete detector.
+// trapping, so content is the only complete detector. Device-local memory
+// (docs/device-abi.md §1.3), which only the engine writes, is tracked by
+// its exact marks alone (dirty.Marks): sent once live, then exactly the
+// pages marked since, never hashed to find them (local.go).
 //
 // # Correctness of the page hashes
 //

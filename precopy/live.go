@@ -50,6 +50,11 @@ func (s *Source) live(ctx context.Context) (rounds int, err error) {
 	if err := s.sendAllLive(ctx); err != nil {
 		return 0, err
 	}
+	if s.local != nil {
+		if err := s.sendLocalLive(ctx); err != nil {
+			return 0, err
+		}
+	}
 	rounds = 1
 	s.lastScan = time.Now()
 	for s.opts.Strategy == Iterative && rounds < s.opts.MaxRounds {

@@ -83,7 +83,7 @@ func (d *dest) startShards(ctx context.Context, r *stream.Reader, m meta) error 
 	if err := r.Wait(); err != nil {
 		return fmt.Errorf("precopy: %w", err)
 	}
-	mem := d.v.Memory()
+	mem := d.v.DeviceMemory() // local pages come on the first stream, and are claimed too
 	in := &shardsIn{fail: d.cancel, claimed: make([]atomic.Uint64, (len(mem)/stream.PageSize+63)/64),
 		taken: make([]atomic.Bool, m.Streams)}
 	d.shards = in

@@ -55,6 +55,7 @@ type StopReport struct {
 	Replay   time.Duration // destination: API log and front-end writes replayed
 
 	DirtyPages  int                   // pages sent at the stop
+	LocalPages  int                   // of which device-local: engine-marked, never hashed
 	BySource    [dirty.NumSources]int // why each was dirty (stop-and-copy: all Unrecorded)
 	PagesHashed int                   // pages the final scan hashed in full
 	Bytes       uint64                // stream bytes sent in the stop phase, on every stream
@@ -91,8 +92,8 @@ func (r Report) String() string {
 	}
 	fmt.Fprintf(&b, "\nstop       %s ms: quiesce %s, scan %s, transfer %s, restore %s, replay %s, other %s\n",
 		ms(s.Total), ms(s.Quiesce), ms(s.Scan), ms(s.Transfer), ms(s.Restore), ms(s.Replay), ms(s.Other()))
-	fmt.Fprintf(&b, "dirty      %d pages (%s), %d hashed, %s sent on %d stream(s); %d guest RAM page(s) the device wrote\n",
-		s.DirtyPages, dirty.DescribeBySource(s.BySource), s.PagesHashed, mib(s.Bytes), max(1, s.Streams), s.GuestRAMPages)
+	fmt.Fprintf(&b, "dirty      %d pages (%s; %d device-local), %d hashed, %s sent on %d stream(s); %d guest RAM page(s) the device wrote\n",
+		s.DirtyPages, dirty.DescribeBySource(s.BySource), s.LocalPages, s.PagesHashed, mib(s.Bytes), max(1, s.Streams), s.GuestRAMPages)
 	fmt.Fprintf(&b, "hash rate  %.2f GB/s\n", r.HashRate/1e9)
 	a := r.APILog
 	fmt.Fprintf(&b, "api log    %d entries (%d B) raw, %d entries (%d B) compacted\n",

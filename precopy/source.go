@@ -40,15 +40,16 @@ func (s srcState) String() string { return srcStateNames[s] }
 // Stop run on the caller's goroutine, one after the other; Rollback and
 // Close must not run while either does (cancel its ctx and let it return).
 type Source struct {
-	v    *vgpu.VGPU
-	conn io.ReadWriter
-	opts Options
-	log  zerolog.Logger
-	tr   *dirty.Tracker
-	w    *stream.Writer
-	mem  []byte
-	ram  ramWrites // guest RAM the engine wrote since NewSource
-	wlog WriteLog  // the guest's writes (Options.GuestWrites), nil if none; closed with tracking
+	v     *vgpu.VGPU
+	conn  io.ReadWriter
+	opts  Options
+	log   zerolog.Logger
+	tr    *dirty.Tracker
+	w     *stream.Writer
+	mem   []byte
+	local *localState // device-local memory, nil without (local.go)
+	ram   ramWrites   // guest RAM the engine wrote since NewSource
+	wlog  WriteLog    // the guest's writes (Options.GuestWrites), nil if none; closed with tracking
 
 	// Live-phase batch buffers, reused: no allocation per page.
 	pages  []int
@@ -105,8 +106,9 @@ func NewSource(v *vgpu.VGPU, conn io.ReadWriter, opts Options) (*Source, error) 
 	if err != nil {
 		return nil, fmt.Errorf("precopy: dirty tracker: %w", err)
 	}
+	local := newLocal(v.DeviceMemory(), tr.Pages())
 	// Claim the engine's writes first: one migration of a vGPU at a time.
-	if err := v.ObserveWrites(tr.MarkWritten); err != nil {
+	if err := v.ObserveWrites(writeHook(tr, local)); err != nil {
 		return nil, fmt.Errorf("precopy: %w", err)
 	}
 	if err := populate(mem, false); err != nil {
@@ -127,7 +129,7 @@ func NewSource(v *vgpu.VGPU, conn io.ReadWriter, opts Options) (*Source, error) 
 		return nil, fmt.Errorf("precopy: %w", err)
 	}
 	s := &Source{
-		v: v, conn: conn, opts: opts, log: log, tr: tr, w: w, mem: mem, wlog: wlog,
+		v: v, conn: conn, opts: opts, log: log, tr: tr, w: w, mem: mem, wlog: wlog, local: local,
 		pages:   make([]int, liveBatch),
 		idx:     make([]uint32, liveBatch),
 		copies:  make([]byte, liveBatch*dirty.PageSize),
@@ -145,7 +147,7 @@ func NewSource(v *vgpu.VGPU, conn io.ReadWriter, opts Options) (*Source, error) 
 	if !opts.NoVerdict {
 		go s.readVerdict()
 	}
-	log.Info().Uint64("mem_size", cfg.MemSize).Int("pages", tr.Pages()).Int("workers", opts.Workers).
+	log.Info().Uint64("mem_size", cfg.MemSize).Int("pages", tr.Pages()).Int("local_pages", local.pages()).Int("workers", opts.Workers).
 		Msg("migration source started")
 	return s, nil
 }
@@ -172,8 +174,9 @@ func (s *Source) Sent() (pages, bytes uint64) {
 	return s.sentPages.Load() + s.shardPages.Load(), s.sentBytes.Load() + s.shardBytes.Load()
 }
 
-// Pages is the number of pages of the vGPU's memory.
-func (s *Source) Pages() int { return s.tr.Pages() }
+// Pages is the number of pages of the vGPU's memory, device-local memory
+// included.
+func (s *Source) Pages() int { return s.tr.Pages() + s.local.pages() }
 
 // noteSent publishes the main writer's running totals for Sent; only the
 // goroutine writing on it calls it.

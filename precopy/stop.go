@@ -13,6 +13,7 @@ import (
 // Stop is the stop phase; the caller has paused the VM. It quiesces the
 // vGPU (the command in flight finishes; later doorbells wait), runs the
 // final dirty scan (stop-and-copy: every page) and sends the dirty pages
+// (device-local pages: exactly those the engine wrote, local.go)
 // straight from the frozen memory — pipelined: the pages of each scanned
 // chunk go out while the workers scan the next, with the hashes the scan
 // computed (scanAndSend; Options.SerialStop scans everything first), on
@@ -94,6 +95,9 @@ func (s *Source) stop(ctx context.Context, rep *Report) error {
 		}
 	}
 	if err := s.verifyWriteLog(ctx, rep); err != nil {
+		return err
+	}
+	if err := s.sendLocalStop(rep); err != nil {
 		return err
 	}
 	n, err := s.sendGuestRAM()

@@ -240,3 +240,12 @@ func (b *NVIDIA) Place(va uint64) (uint64, error) {
 	}
 	return uint64(b.mirror.Addr()), nil
 }
+
+// LaunchModuleParams is LAUNCH_PARAMS (docs/device-abi.md §6.9, ABI 1.2).
+// Not yet on this back end: a parameter buffer holds device addresses,
+// and this back end's guest kernels see graphics memory at its own device
+// address, not at the guest's graphics addresses (docs/nvidia.md). The
+// guest sees a KERNEL error.
+func (b *NVIDIA) LaunchModuleParams(handle uint32, _ uint64, _ []byte) ([]gtt.Extent, error) {
+	return nil, fmt.Errorf("%w: module %d: parameter-buffer launches are not yet on the nvidia back end", engine.ErrBadKernel, handle)
+}

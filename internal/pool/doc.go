@@ -11,6 +11,11 @@
 // the vGPU's aperture BAR, so guest CPU stores and gmigd's engine see the
 // same bytes with no copies and no traps.
 //
+// A partition may also have device-local memory (docs/device-abi.md §1.3):
+// AllocLocal maps private anonymous memory right after the graphics
+// memory, so the engine and shadow GTT reach it by pool offset like the
+// rest, while no file holds it and no client is ever handed it.
+//
 // Isolation. A partition's memfd holds that partition's bytes and nothing
 // else: a client cannot reach another partition through it at any offset,
 // nor shrink it under gmigd (a SIGBUS in gmigd would take every vGPU down).

@@ -29,14 +29,25 @@ var (
 // it (File).
 type Partition struct {
 	Offset uint64 // byte offset in the pool
-	Size   uint64 // bytes
+	Size   uint64 // bytes of graphics memory (the aperture's, in the memfd)
+	// Local is the bytes of device-local memory (docs/device-abi.md
+	// §1.3) right after the graphics memory, at Offset+Size: gmigd's
+	// own anonymous memory, in no file, never handed to a client.
+	Local uint64
 }
 
-// Pages is the number of pages in the partition.
+// Pages is the number of graphics-memory pages in the partition.
 func (pt Partition) Pages() uint64 { return pt.Size / PageSize }
 
-// End is the first byte past the partition.
-func (pt Partition) End() uint64 { return pt.Offset + pt.Size }
+// LocalPages is the number of device-local pages in the partition.
+func (pt Partition) LocalPages() uint64 { return pt.Local / PageSize }
+
+// End is the first byte past the partition (past its local memory).
+func (pt Partition) End() uint64 { return pt.Offset + pt.Size + pt.Local }
+
+// ApertureEnd is the first byte past its graphics memory: where its local
+// memory starts.
+func (pt Partition) ApertureEnd() uint64 { return pt.Offset + pt.Size }
 
 func (pt Partition) String() string {
 	return fmt.Sprintf("[%#x, %#x)", pt.Offset, pt.End())
@@ -91,9 +102,19 @@ func (p *Pool) Mem() []byte {
 	return p.mem
 }
 
-// Slice is the part of the pool range that backs pt, or nil once the pool
-// is closed or if pt is not an allocated partition.
+// Slice is the part of the pool range that backs pt's graphics memory, or
+// nil once the pool is closed or if pt is not an allocated partition.
 func (p *Pool) Slice(pt Partition) []byte {
+	return p.slice(pt, pt.Offset, pt.ApertureEnd())
+}
+
+// LocalSlice is the part of the pool range that backs pt's device-local
+// memory (empty when it has none), or nil as Slice.
+func (p *Pool) LocalSlice(pt Partition) []byte {
+	return p.slice(pt, pt.ApertureEnd(), pt.End())
+}
+
+func (p *Pool) slice(pt Partition, lo, hi uint64) []byte {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -102,12 +123,13 @@ func (p *Pool) Slice(pt Partition) []byte {
 	if _, ok := p.findLocked(pt); !ok {
 		return nil
 	}
-	return p.mem[pt.Offset:pt.End():pt.End()]
+	return p.mem[lo:hi:hi]
 }
 
 // File is pt's memfd, the one descriptor to hand to pt's client (QEMU
-// mmaps it at offset 0 as the vGPU's aperture). It holds pt's bytes and
-// nothing else: its size is exactly pt.Size and sealed (no shrinking, no
+// mmaps it at offset 0 as the vGPU's aperture). It holds pt's graphics
+// memory and nothing else (never its local memory, which is in no file):
+// its size is exactly pt.Size and sealed (no shrinking, no
 // growing, no further seals). The pool owns it and closes it when pt is
 // freed; callers must not close it. A partition that is not allocated
 // fails with ErrNotFound.
@@ -127,10 +149,20 @@ func (p *Pool) File(pt Partition) (*os.File, error) {
 // Alloc reserves the lowest free range of size bytes (nonzero, a multiple of
 // PageSize) and backs it with a fresh memfd, which reads as zeros. It fails
 // with ErrNoSpace when no free range is large enough.
-func (p *Pool) Alloc(size uint64) (Partition, error) {
+func (p *Pool) Alloc(size uint64) (Partition, error) { return p.AllocLocal(size, 0) }
+
+// AllocLocal is Alloc for a partition that also has local bytes (a
+// multiple of PageSize, possibly 0) of device-local memory right after
+// its size bytes of graphics memory: private anonymous memory of gmigd's,
+// zeros at first, in no file, so no client is ever handed it.
+func (p *Pool) AllocLocal(size, local uint64) (Partition, error) {
 	if size == 0 || size%PageSize != 0 {
 		return Partition{}, fmt.Errorf("%w: %d", ErrSize, size)
 	}
+	if local%PageSize != 0 || size+local < size {
+		return Partition{}, fmt.Errorf("%w: %d local bytes", ErrSize, local)
+	}
+	total := size + local
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -138,15 +170,15 @@ func (p *Pool) Alloc(size uint64) (Partition, error) {
 	}
 	var start uint64 // first byte of the current gap
 	for i, a := range p.parts {
-		if a.Offset-start >= size {
-			return p.insertLocked(i, Partition{Offset: start, Size: size})
+		if a.Offset-start >= total {
+			return p.insertLocked(i, Partition{Offset: start, Size: size, Local: local})
 		}
 		start = a.End()
 	}
-	if p.size-start >= size {
-		return p.insertLocked(len(p.parts), Partition{Offset: start, Size: size})
+	if p.size-start >= total {
+		return p.insertLocked(len(p.parts), Partition{Offset: start, Size: size, Local: local})
 	}
-	return Partition{}, fmt.Errorf("%w: %d bytes wanted, pool of %d bytes", ErrNoSpace, size, p.size)
+	return Partition{}, fmt.Errorf("%w: %d bytes wanted, pool of %d bytes", ErrNoSpace, total, p.size)
 }
 
 // AllocAt reserves exactly [offset, offset+size) and backs it with a fresh
@@ -195,6 +227,13 @@ func (p *Pool) insertLocked(i int, pt Partition) (Partition, error) {
 		f.Close()
 		return Partition{}, err
 	}
+	if pt.Local > 0 {
+		if err := mapLocal(p.mem, pt.ApertureEnd(), pt.Local); err != nil {
+			_ = unmapPartition(p.mem, pt.Offset, pt.Size)
+			f.Close()
+			return Partition{}, err
+		}
+	}
 	p.parts = slices.Insert(p.parts, i, allocation{Partition: pt, file: f})
 	return pt, nil
 }
@@ -230,7 +269,7 @@ func (p *Pool) Free(part Partition) error {
 	if !ok {
 		return fmt.Errorf("%w: %v", ErrNotFound, part)
 	}
-	if err := unmapPartition(p.mem, part.Offset, part.Size); err != nil {
+	if err := unmapPartition(p.mem, part.Offset, part.Size+part.Local); err != nil {
 		return err
 	}
 	err := p.parts[i].file.Close()

@@ -70,7 +70,7 @@ func TestAllocIsZeroAndMapped(t *testing.T) {
 	if _, ok := memprobe.Load(p.Mem(), int(a.End())); ok {
 		t.Error("the byte past the only partition is mapped")
 	}
-	if p.Slice(Partition{a.Offset, PageSize}) != nil || p.Slice(Partition{a.End(), PageSize}) != nil {
+	if p.Slice(Partition{Offset: a.Offset, Size: PageSize}) != nil || p.Slice(Partition{Offset: a.End(), Size: PageSize}) != nil {
 		t.Error("Slice of a range that is not a partition")
 	}
 }
@@ -80,7 +80,7 @@ func TestAllocFirstFitAndFree(t *testing.T) {
 	a := mustAlloc(t, p, 4*PageSize)
 	b := mustAlloc(t, p, 2*PageSize)
 	c := mustAlloc(t, p, 4*PageSize)
-	want := []Partition{{0, 4 * PageSize}, {4 * PageSize, 2 * PageSize}, {6 * PageSize, 4 * PageSize}}
+	want := []Partition{{0, 4 * PageSize, 0}, {4 * PageSize, 2 * PageSize, 0}, {6 * PageSize, 4 * PageSize, 0}}
 	if got := p.Partitions(); !slices.Equal(got, want) {
 		t.Fatalf("Partitions = %v, want %v", got, want)
 	}
@@ -172,7 +172,7 @@ func TestAllocAt(t *testing.T) {
 	if _, err := p.AllocAt(8*PageSize, 8*PageSize); err != nil {
 		t.Errorf("abutting above: %v", err)
 	}
-	want := []Partition{{0, 4 * PageSize}, {4 * PageSize, 4 * PageSize}, {8 * PageSize, 8 * PageSize}}
+	want := []Partition{{0, 4 * PageSize, 0}, {4 * PageSize, 4 * PageSize, 0}, {8 * PageSize, 8 * PageSize, 0}}
 	if got := p.Partitions(); !slices.Equal(got, want) {
 		t.Errorf("Partitions = %v, want %v", got, want)
 	}
@@ -182,9 +182,9 @@ func TestFreeUnknownAndDouble(t *testing.T) {
 	p := newPool(t, 8*PageSize)
 	a := mustAlloc(t, p, 2*PageSize)
 	for _, bad := range []Partition{
-		{a.Offset, PageSize},     // wrong size
-		{PageSize, PageSize},     // inside a
-		{4 * PageSize, PageSize}, // never allocated
+		{a.Offset, PageSize, 0},     // wrong size
+		{PageSize, PageSize, 0},     // inside a
+		{4 * PageSize, PageSize, 0}, // never allocated
 	} {
 		if err := p.Free(bad); !errors.Is(err, ErrNotFound) {
 			t.Errorf("Free(%v) = %v, want ErrNotFound", bad, err)

@@ -69,6 +69,19 @@ func mapPartition(mem []byte, off, size uint64, f *os.File) error {
 	return nil
 }
 
+// mapLocal maps fresh private anonymous memory, read-write, over
+// [off, off+size) of mem: a partition's device-local memory, which no file
+// holds, so there is no descriptor to hand anyone. MAP_NORESERVE as the
+// reservation: pages are committed as they are touched.
+func mapLocal(mem []byte, off, size uint64) error {
+	_, err := unix.MmapPtr(-1, 0, unsafe.Pointer(&mem[off]), uintptr(size), unix.PROT_READ|unix.PROT_WRITE,
+		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE|unix.MAP_FIXED)
+	if err != nil {
+		return fmt.Errorf("pool: mapping local memory at %#x: %w", off, err)
+	}
+	return nil
+}
+
 // unmapPartition puts [off, off+size) of mem back to reserved address
 // space: the partition's pages leave gmigd's address space, and touching
 // the range faults again.

@@ -34,6 +34,11 @@ func (c Config) backendDefaults() (Config, error) {
 	if c.GuestModules && c.Backend != BackendCUDA {
 		return c, fmt.Errorf("%w: guest modules need the %q back end", ErrConfig, BackendCUDA)
 	}
+	if c.LocalMemSize > 0 && c.Backend != BackendSoftware {
+		// The NVIDIA back end would keep it on the GPU alone
+		// (docs/nvidia.md); it does not have it yet.
+		return c, fmt.Errorf("%w: device-local memory needs the %q back end for now", ErrConfig, BackendSoftware)
+	}
 	return c, nil
 }
 
@@ -49,7 +54,7 @@ func (v *VGPU) newBackend(mem []byte, part pool.Partition) (engine.Backend, erro
 	}
 	b, err := nvidia.NewNVIDIA(nvidia.NVIDIAConfig{
 		GPU:       g,
-		Window:    mem[part.Offset:part.End():part.End()],
+		Window:    mem[part.Offset:part.ApertureEnd():part.ApertureEnd()],
 		WindowOff: part.Offset,
 		Modules:   v.cfg.GuestModules,
 		Log:       v.log,

@@ -21,6 +21,9 @@ type Spec struct {
 	Backend string `json:"backend"`
 	// GuestModules: the guest may load its own PTX (CUDA back end only).
 	GuestModules bool `json:"guest_modules,omitempty"`
+	// LocalMemSize is the device-local memory in bytes (ABI 1.2,
+	// docs/device-abi.md §1.3); 0, the default, is the device without it.
+	LocalMemSize uint64 `json:"local_mem_size,omitempty"`
 	// Caps is the CAPS register the guest reads (docs/device-abi.md §3).
 	Caps uint32 `json:"caps"`
 }
@@ -36,6 +39,7 @@ func (v *VGPU) Spec() Spec {
 		GTTEntries:   v.cfg.GTTEntries,
 		Backend:      v.cfg.Backend,
 		GuestModules: v.cfg.GuestModules,
+		LocalMemSize: v.cfg.LocalMemSize,
 		Caps:         v.cfg.caps(),
 	}
 }
@@ -46,6 +50,10 @@ func (c Config) caps() uint32 {
 	caps := uint32(mmio.DefaultCaps)
 	if c.GuestModules {
 		caps |= abi.CapModules
+	}
+	if c.LocalMemSize > 0 {
+		// The CUDA-shaped device: local memory and streams together.
+		caps |= abi.CapLocalMem | abi.CapStreams
 	}
 	return caps
 }
@@ -60,7 +68,7 @@ func (s Spec) Config(name string) (Config, error) {
 		return Config{}, fmt.Errorf("%w: incomplete spec %+v", ErrSpec, s)
 	}
 	c, err := Config{Name: name, MemSize: s.MemSize, GTTEntries: s.GTTEntries,
-		Backend: s.Backend, GuestModules: s.GuestModules}.withDefaults()
+		Backend: s.Backend, GuestModules: s.GuestModules, LocalMemSize: s.LocalMemSize}.withDefaults()
 	if err != nil {
 		return Config{}, fmt.Errorf("%w: %w", ErrSpec, err)
 	}
@@ -87,6 +95,7 @@ func (v *VGPU) Is(s Spec) error {
 	add("GTT entries", s.GTTEntries, have.GTTEntries)
 	add("back end", s.Backend, have.Backend)
 	add("guest modules", s.GuestModules, have.GuestModules)
+	add("local memory size", s.LocalMemSize, have.LocalMemSize)
 	add("CAPS", fmt.Sprintf("%#x", s.Caps), fmt.Sprintf("%#x", have.Caps))
 	return fmt.Errorf("%w: %s", ErrSpec, strings.Join(d, ", "))
 }

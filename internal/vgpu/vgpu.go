@@ -51,6 +51,10 @@ type Config struct {
 	// not part of the vGPU's Spec: an arriving vGPU lands on the
 	// destination's GPU.
 	GPU int `json:"-"`
+	// LocalMemSize is the device-local memory (ABI 1.2,
+	// docs/device-abi.md §1.3): a multiple of 4096 bytes, 0 (the default)
+	// for none. Software back end only for now.
+	LocalMemSize uint64 `json:"local_mem_size,omitempty"`
 }
 
 // ErrConfig reports an invalid Config.
@@ -68,6 +72,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: memory size %d is not a power of two ≥ %d", ErrConfig, c.MemSize, MinMemSize)
 	case c.GTTEntries > abi.GTTMaxEntries:
 		return c, fmt.Errorf("%w: %d GTT entries, at most %d", ErrConfig, c.GTTEntries, abi.GTTMaxEntries)
+	case c.LocalMemSize%abi.PageSize != 0:
+		return c, fmt.Errorf("%w: local memory size %d is not a multiple of %d", ErrConfig, c.LocalMemSize, abi.PageSize)
 	}
 	return c.backendDefaults()
 }
@@ -86,7 +92,9 @@ type VGPU struct {
 	log  zerolog.Logger
 	pool *pool.Pool
 	part pool.Partition
-	mem  []byte   // the partition's bytes in the pool mapping
+	mem  []byte   // the partition's graphics memory in the pool mapping
+	loc  []byte   // its device-local memory, right after mem (empty without)
+	dev  []byte   // mem and loc as one slice (DeviceMemory)
 	file *os.File // the partition's memfd, the aperture's backing; the pool owns it
 
 	pci    *pci.Config
@@ -116,16 +124,17 @@ func New(cfg Config, p *pool.Pool, log zerolog.Logger) (*VGPU, error) {
 	if err != nil {
 		return nil, err
 	}
-	part, err := p.Alloc(cfg.MemSize)
+	part, err := p.AllocLocal(cfg.MemSize, cfg.LocalMemSize)
 	if err != nil {
-		return nil, fmt.Errorf("vgpu %s: allocating %d bytes of graphics memory: %w", cfg.Name, cfg.MemSize, err)
+		return nil, fmt.Errorf("vgpu %s: allocating %d bytes of graphics memory and %d of local memory: %w",
+			cfg.Name, cfg.MemSize, cfg.LocalMemSize, err)
 	}
 	v, err := build(cfg, p, part, log)
 	if err != nil {
 		_ = p.Free(part)
 		return nil, err
 	}
-	v.log.Info().Uint64("mem_size", cfg.MemSize).Uint64("pool_offset", part.Offset).
+	v.log.Info().Uint64("mem_size", cfg.MemSize).Uint64("local_mem_size", cfg.LocalMemSize).Uint64("pool_offset", part.Offset).
 		Uint32("gtt_entries", cfg.GTTEntries).Msg("vgpu created")
 	return v, nil
 }
@@ -142,6 +151,8 @@ func build(cfg Config, p *pool.Pool, part pool.Partition, log zerolog.Logger) (*
 		pool:   p,
 		part:   part,
 		mem:    p.Slice(part),
+		loc:    p.LocalSlice(part),
+		dev:    deviceSlice(p, part),
 		file:   file,
 		dma:    vfio.NewDMATable(),
 		irqs:   vfio.NewIRQTable(),
@@ -150,7 +161,7 @@ func build(cfg Config, p *pool.Pool, part pool.Partition, log zerolog.Logger) (*
 	if v.pci, err = pci.New(identity, bars(cfg.MemSize), true); err != nil {
 		return nil, fmt.Errorf("vgpu %s: config space: %w", cfg.Name, err)
 	}
-	if v.gtt, err = gtt.New(cfg.GTTEntries, part.Offset, part.Pages()); err != nil {
+	if v.gtt, err = gtt.NewWithLocal(cfg.GTTEntries, part.Offset, part.Pages(), part.LocalPages()); err != nil {
 		return nil, fmt.Errorf("vgpu %s: GTT: %w", cfg.Name, err)
 	}
 	be, err := v.newBackend(p.Mem(), part)
@@ -164,15 +175,17 @@ func build(cfg Config, p *pool.Pool, part pool.Partition, log zerolog.Logger) (*
 		RAM:     &v.ram,
 		Events:  events{v},
 		Log:     v.log,
+		Streams: cfg.caps()&abi.CapStreams != 0,
 	})
 	v.regs = mmio.New(mmio.Config{
-		MemSize:   cfg.MemSize,
-		Caps:      cfg.caps() &^ mmio.DefaultCaps,
-		Engine:    v.eng,
-		GTT:       v.gtt,
-		Notify:    v.deliver,
-		Reset:     func() { v.reset() },
-		Heartbeat: v.heartbeat,
+		MemSize:      cfg.MemSize,
+		LocalMemSize: cfg.LocalMemSize,
+		Caps:         cfg.caps() &^ mmio.DefaultCaps,
+		Engine:       v.eng,
+		GTT:          v.gtt,
+		Notify:       v.deliver,
+		Reset:        func() { v.reset() },
+		Heartbeat:    v.heartbeat,
 		Interrupts: func(status, mask uint32) {
 			v.apiLog.Record(apilog.Entry{Kind: apilog.Interrupts, Handle: status, Arg: mask})
 		},
@@ -213,6 +226,23 @@ func (v *VGPU) Partition() pool.Partition { return v.part }
 // has begun: Close unmaps it.
 func (v *VGPU) Memory() []byte { return v.mem }
 
+// LocalMemory returns the vGPU's device-local memory (local page p at
+// p*4096; docs/device-abi.md §1.3), empty when it has none. It lies right
+// after Memory() in the pool mapping and is never handed to a client. Like
+// Memory, it must not be touched once Close has begun.
+func (v *VGPU) LocalMemory() []byte { return v.loc }
+
+// DeviceMemory is Memory followed by LocalMemory, as one slice: device
+// page p is graphics page p below MemSize/4096 and local page
+// p - MemSize/4096 from there (the page numbering a migration stream uses,
+// docs/migration-stream.md §4).
+func (v *VGPU) DeviceMemory() []byte { return v.dev }
+
+// deviceSlice is part's graphics and local memory in p's mapping.
+func deviceSlice(p *pool.Pool, part pool.Partition) []byte {
+	return p.Mem()[part.Offset:part.End():part.End()]
+}
+
 // Stats returns the vGPU's counters.
 func (v *VGPU) Stats() Stats {
 	return Stats{
@@ -228,10 +258,11 @@ func (v *VGPU) Stats() Stats {
 var ErrObserved = errors.New("vgpu: engine writes already observed (a migration is in progress)")
 
 // ObserveWrites makes the engine report every graphics-memory range it
-// writes to f, as byte offsets into Memory(), until ObserveWrites(nil);
-// the guest's trapped aperture stores (vfio-user region writes, which gmigd
-// performs) are reported the same way. f is called from the engine
-// goroutine or the vfio-user server's and must be quick (a dirty tracker's
+// writes to f, as byte offsets into DeviceMemory() (at or past MemSize:
+// device-local memory), until ObserveWrites(nil); the guest's trapped
+// aperture stores (vfio-user region writes, which gmigd performs) are
+// reported the same way. f is called from the engine goroutine or the
+// vfio-user server's and must be quick (a dirty tracker's
 // MarkWritten). There is one observer at a time: setting a second fails
 // with ErrObserved.
 func (v *VGPU) ObserveWrites(f func(off, n uint64)) error {

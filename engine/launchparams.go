@@ -1,0 +1,58 @@
+package engine
+
+import (
+	"fmt"
+
+	"github.com/gmig-dev/gmig/abi"
+	"github.com/gmig-dev/gmig/engine/ptxparam"
+)
+
+// execLaunchParams runs LAUNCH_PARAMS (docs/device-abi.md §6.9, ABI 1.2):
+// a guest module with a parameter buffer read from graphics memory, which
+// must be exactly as long as the module's PTX says its parameters are. The
+// layout is read from the module's PTX at each launch (modules are
+// immutable; caching it is left for when launches are frequent enough to
+// show it).
+func (e *Engine) execLaunchParams(c LaunchParams) result {
+	e.mu.Lock()
+	kind, ok := e.kernels[c.Handle]
+	m := e.modules[c.Handle]
+	e.mu.Unlock()
+	switch {
+	case !ok:
+		return kernelFail("launch of unknown handle %d", c.Handle)
+	case kind != abi.KernelModule:
+		return kernelFail("LAUNCH_PARAMS of kernel %d, a built-in kernel of kind %d (LAUNCH runs those)", c.Handle, kind)
+	case c.Len > abi.LaunchParamsMax:
+		return kernelFail("parameter buffer of %d bytes (at most %d)", c.Len, abi.LaunchParamsMax)
+	case badRange(c.Params, uint64(c.Len)):
+		return kernelFail("parameter buffer range overflows")
+	}
+	layout, err := ptxparam.Of(m.PTX, m.Entry)
+	if err != nil {
+		return fail(abi.ErrKernel, fmt.Errorf("%w: module %d: %w", ErrBadKernel, c.Handle, err))
+	}
+	if layout.Size != c.Len {
+		return kernelFail("module %d's parameters take %d bytes, the buffer has %d", c.Handle, layout.Size, c.Len)
+	}
+	params := make([]byte, c.Len)
+	if c.Len > 0 {
+		xs, err := e.resolve(c.Params, uint64(c.Len), false)
+		if err != nil {
+			return fail(abi.ErrPageFault, err)
+		}
+		if err := e.cfg.Backend.Read(params, xs); err != nil {
+			return e.backendFail(err, nil)
+		}
+	}
+	if c.Threads == 0 {
+		return result{}
+	}
+	xs, err := e.cfg.Backend.LaunchModuleParams(c.Handle, c.Threads, params)
+	if err != nil {
+		r := fail(abi.ErrKernel, fmt.Errorf("engine: %s back end: %w", e.cfg.Backend.Name(), err))
+		r.wrote = xs
+		return r
+	}
+	return result{wrote: xs}
+}
