@@ -7,7 +7,7 @@
 // mirrored on the GPU, page hashing there). What both share — the kernels
 // in plain Go and the extent checks — is the leaf engine/cpuref. This
 // package never imports engine/nvidia: the vGPU's composition
-// (internal/vgpu) picks the back end.
+// (vgpu) picks the back end.
 //
 // Guest modules (module.go, docs/device-abi.md §6.8) are kernel objects
 // the engine owns and a back end that can run guest code loads; the

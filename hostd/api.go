@@ -18,8 +18,8 @@ import (
 	"github.com/gmig-dev/gmig/abi"
 	"github.com/gmig-dev/gmig/hostd/qemu"
 	"github.com/gmig-dev/gmig/internal/pool"
-	"github.com/gmig-dev/gmig/internal/vgpu"
 	"github.com/gmig-dev/gmig/precopy"
+	"github.com/gmig-dev/gmig/vgpu"
 )
 
 // The control API (docs/operator-guide.md): JSON over HTTP on a UNIX socket.

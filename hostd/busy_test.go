@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/gmig-dev/gmig/internal/sim"
-	"github.com/gmig-dev/gmig/internal/vgpu"
 	"github.com/gmig-dev/gmig/orchestrator"
+	"github.com/gmig-dev/gmig/vgpu"
 )
 
 // deleteVGPU is `gmigd vgpu rm NAME` through h's control API: the status

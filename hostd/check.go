@@ -8,8 +8,8 @@ import (
 
 	"github.com/gmig-dev/gmig/engine/nvidia"
 	"github.com/gmig-dev/gmig/hostd/qemu"
-	"github.com/gmig-dev/gmig/internal/vgpu"
 	"github.com/gmig-dev/gmig/orchestrator"
+	"github.com/gmig-dev/gmig/vgpu"
 )
 
 // A migration's dry run (gmigd migrate --dry-run): the source asks the

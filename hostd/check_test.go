@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/gmig-dev/gmig/hostd/qemu"
-	"github.com/gmig-dev/gmig/internal/vgpu"
 	"github.com/gmig-dev/gmig/orchestrator"
+	"github.com/gmig-dev/gmig/vgpu"
 )
 
 // items indexes a check's items by what they checked.

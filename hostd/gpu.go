@@ -12,7 +12,7 @@ import (
 
 	"github.com/gmig-dev/gmig/engine/nvidia"
 	"github.com/gmig-dev/gmig/internal/nvml"
-	"github.com/gmig-dev/gmig/internal/vgpu"
+	"github.com/gmig-dev/gmig/vgpu"
 )
 
 // The GPU a gmigd runs its cuda vGPUs on (Config.GPU, gmigd serve -gpu;

@@ -14,7 +14,7 @@ import (
 	"github.com/gmig-dev/gmig/engine/nvidia"
 	"github.com/gmig-dev/gmig/guest"
 	"github.com/gmig-dev/gmig/internal/sim"
-	"github.com/gmig-dev/gmig/internal/vgpu"
+	"github.com/gmig-dev/gmig/vgpu"
 )
 
 // useModelGPUs makes this test's CUDA back end n model GPUs.

@@ -16,10 +16,10 @@ import (
 	"github.com/gmig-dev/gmig/hostd/qemu"
 	"github.com/gmig-dev/gmig/internal/pool"
 	"github.com/gmig-dev/gmig/internal/sim"
-	"github.com/gmig-dev/gmig/internal/vgpu"
 	"github.com/gmig-dev/gmig/orchestrator"
 	"github.com/gmig-dev/gmig/precopy"
 	"github.com/gmig-dev/gmig/precopy/native"
+	"github.com/gmig-dev/gmig/vgpu"
 )
 
 // Defaults for Config.

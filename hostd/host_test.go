@@ -14,9 +14,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gmig-dev/gmig/internal/sim"
-	"github.com/gmig-dev/gmig/internal/vgpu"
 	"github.com/gmig-dev/gmig/orchestrator"
 	"github.com/gmig-dev/gmig/vfio"
+	"github.com/gmig-dev/gmig/vgpu"
 )
 
 func newHost(t *testing.T) *Host {

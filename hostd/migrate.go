@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/gmig-dev/gmig/hostd/qemu"
-	"github.com/gmig-dev/gmig/internal/vgpu"
 	"github.com/gmig-dev/gmig/orchestrator"
 	"github.com/gmig-dev/gmig/precopy"
+	"github.com/gmig-dev/gmig/vgpu"
 )
 
 // MigrateOptions steer one outgoing migration.

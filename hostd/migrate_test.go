@@ -14,9 +14,9 @@ import (
 
 	"github.com/gmig-dev/gmig/guest"
 	"github.com/gmig-dev/gmig/internal/sim"
-	"github.com/gmig-dev/gmig/internal/vgpu"
 	"github.com/gmig-dev/gmig/orchestrator"
 	"github.com/gmig-dev/gmig/precopy"
+	"github.com/gmig-dev/gmig/vgpu"
 )
 
 // migHost is one gmigd with its migration listener.

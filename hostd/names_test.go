@@ -4,7 +4,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/gmig-dev/gmig/internal/vgpu"
+	"github.com/gmig-dev/gmig/vgpu"
 )
 
 // TestClientRefusesPathNames: a name that is not one (CheckName) is

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gmig-dev/gmig/internal/vgpu"
+	"github.com/gmig-dev/gmig/vgpu"
 )
 
 // TestNameReusedDuringDestroy: a vGPU created under the name of one still

@@ -11,8 +11,8 @@ import (
 	"testing"
 
 	"github.com/gmig-dev/gmig/hostd/qemu"
-	"github.com/gmig-dev/gmig/internal/vgpu"
 	"github.com/gmig-dev/gmig/orchestrator"
+	"github.com/gmig-dev/gmig/vgpu"
 )
 
 // TestControlSocketPrivate: the control socket is 0600 and this user's

@@ -10,9 +10,9 @@ import (
 
 	"github.com/gmig-dev/gmig/abi"
 	"github.com/gmig-dev/gmig/internal/migtest"
-	"github.com/gmig-dev/gmig/internal/vgpu"
 	"github.com/gmig-dev/gmig/mmio"
 	"github.com/gmig-dev/gmig/precopy"
+	"github.com/gmig-dev/gmig/vgpu"
 )
 
 // askPrepare sends one Prepare for spec to the destination at addr and

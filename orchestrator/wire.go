@@ -8,8 +8,8 @@ import (
 	"io"
 	"time"
 
-	"github.com/gmig-dev/gmig/internal/vgpu"
 	"github.com/gmig-dev/gmig/precopy"
+	"github.com/gmig-dev/gmig/vgpu"
 )
 
 // The conversation between two gmigd (docs/migration-protocol.md): every

@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/gmig-dev/gmig/abi"
-	"github.com/gmig-dev/gmig/internal/vgpu"
 	"github.com/gmig-dev/gmig/mmio"
 	"github.com/gmig-dev/gmig/precopy"
+	"github.com/gmig-dev/gmig/vgpu"
 )
 
 // wireSamples are one of each control message, every field set.

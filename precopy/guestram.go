@@ -7,8 +7,8 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/gmig-dev/gmig/internal/vgpu"
 	"github.com/gmig-dev/gmig/precopy/stream"
+	"github.com/gmig-dev/gmig/vgpu"
 )
 
 // Guest RAM the device wrote. The engine's DMA_FROM_GFX writes into the

@@ -8,8 +8,8 @@ import (
 	"net"
 	"sync"
 
-	"github.com/gmig-dev/gmig/internal/vgpu"
 	"github.com/gmig-dev/gmig/precopy/stream"
+	"github.com/gmig-dev/gmig/vgpu"
 )
 
 // received is what Receive returned.

@@ -12,8 +12,8 @@ import (
 	"github.com/gmig-dev/gmig/dirty"
 	"github.com/gmig-dev/gmig/internal/migtest"
 	"github.com/gmig-dev/gmig/internal/sim"
-	"github.com/gmig-dev/gmig/internal/vgpu"
 	"github.com/gmig-dev/gmig/precopy/stream"
+	"github.com/gmig-dev/gmig/vgpu"
 )
 
 const (

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/gmig-dev/gmig/internal/migtest"
-	"github.com/gmig-dev/gmig/internal/vgpu"
+	"github.com/gmig-dev/gmig/vgpu"
 )
 
 // oneWay is a connection that only writes, for NoVerdict.

@@ -11,8 +11,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gmig-dev/gmig/internal/apilog"
-	"github.com/gmig-dev/gmig/internal/vgpu"
 	"github.com/gmig-dev/gmig/precopy/stream"
+	"github.com/gmig-dev/gmig/vgpu"
 )
 
 // Receive is the destination of one migration, into v: a vGPU that already

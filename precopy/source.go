@@ -13,8 +13,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gmig-dev/gmig/dirty"
-	"github.com/gmig-dev/gmig/internal/vgpu"
 	"github.com/gmig-dev/gmig/precopy/stream"
+	"github.com/gmig-dev/gmig/vgpu"
 )
 
 // ErrRefused is wrapped by a Source's error when the destination refused

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/gmig-dev/gmig/internal/migtest"
-	"github.com/gmig-dev/gmig/internal/vgpu"
 	"github.com/gmig-dev/gmig/precopy/stream"
+	"github.com/gmig-dev/gmig/vgpu"
 )
 
 // TestReceiveRefusesAnotherVGPU: the begin Meta carries the source's

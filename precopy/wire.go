@@ -8,8 +8,8 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/gmig-dev/gmig/internal/vgpu"
 	"github.com/gmig-dev/gmig/precopy/stream"
+	"github.com/gmig-dev/gmig/vgpu"
 )
 
 // What this package puts in the stream's blob sections (doc.go, "The

@@ -5,7 +5,7 @@ import (
 
 	"github.com/gmig-dev/gmig/abi"
 	"github.com/gmig-dev/gmig/dirty"
-	"github.com/gmig-dev/gmig/internal/vgpu"
+	"github.com/gmig-dev/gmig/vgpu"
 )
 
 // Tracking lines for migrations that open no write log.

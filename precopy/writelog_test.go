@@ -13,7 +13,7 @@ import (
 	"github.com/gmig-dev/gmig/abi"
 	"github.com/gmig-dev/gmig/internal/guestwrites"
 	"github.com/gmig-dev/gmig/internal/migtest"
-	"github.com/gmig-dev/gmig/internal/vgpu"
+	"github.com/gmig-dev/gmig/vgpu"
 )
 
 // selfWrites is Options.GuestWrites for a guest that writes the vGPU's

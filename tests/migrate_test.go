@@ -23,8 +23,8 @@ import (
 	"github.com/gmig-dev/gmig/hostd/qemu"
 	"github.com/gmig-dev/gmig/internal/cluster"
 	"github.com/gmig-dev/gmig/internal/sim"
-	"github.com/gmig-dev/gmig/internal/vgpu"
 	"github.com/gmig-dev/gmig/orchestrator"
+	"github.com/gmig-dev/gmig/vgpu"
 )
 
 // The guest program's console lines these tests follow (cmd/gmig-guest).

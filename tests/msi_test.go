@@ -13,8 +13,8 @@ import (
 
 	"github.com/gmig-dev/gmig/hostd"
 	"github.com/gmig-dev/gmig/internal/pci"
-	"github.com/gmig-dev/gmig/internal/vgpu"
 	"github.com/gmig-dev/gmig/vfio"
+	"github.com/gmig-dev/gmig/vgpu"
 )
 
 // MSIExtra is what a VM needs on its QEMU command line (qemu.Spec.Extra)

@@ -12,7 +12,7 @@ import (
 	"github.com/gmig-dev/gmig/dirty"
 	"github.com/gmig-dev/gmig/internal/guestwrites"
 	"github.com/gmig-dev/gmig/internal/inproc"
-	"github.com/gmig-dev/gmig/internal/vgpu"
+	"github.com/gmig-dev/gmig/vgpu"
 )
 
 // overheadResult is the steady-state cost of dirty tracking: the

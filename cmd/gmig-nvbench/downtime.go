@@ -20,9 +20,9 @@ import (
 	"github.com/gmig-dev/gmig/hostd"
 	"github.com/gmig-dev/gmig/internal/inproc"
 	"github.com/gmig-dev/gmig/internal/sim"
-	"github.com/gmig-dev/gmig/internal/vgpu"
 	"github.com/gmig-dev/gmig/orchestrator"
 	"github.com/gmig-dev/gmig/precopy"
+	"github.com/gmig-dev/gmig/vgpu"
 )
 
 // prefillFraction is the share of a downtime vGPU's pages that hold data

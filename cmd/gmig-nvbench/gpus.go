@@ -5,7 +5,7 @@ import (
 	"strings"
 
 	"github.com/gmig-dev/gmig/hostd"
-	"github.com/gmig-dev/gmig/internal/vgpu"
+	"github.com/gmig-dev/gmig/vgpu"
 )
 
 // gpuPair is where migrate's two hosts run their cuda vGPUs: the

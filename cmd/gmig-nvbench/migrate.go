@@ -17,9 +17,9 @@ import (
 	"github.com/gmig-dev/gmig/internal/cmdline"
 	"github.com/gmig-dev/gmig/internal/inproc"
 	"github.com/gmig-dev/gmig/internal/sim"
-	"github.com/gmig-dev/gmig/internal/vgpu"
 	"github.com/gmig-dev/gmig/orchestrator"
 	"github.com/gmig-dev/gmig/precopy"
+	"github.com/gmig-dev/gmig/vgpu"
 )
 
 // cmdMigrate migrates vGPUs on the CUDA back end between two gmigd hosts

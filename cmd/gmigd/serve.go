@@ -17,8 +17,8 @@ import (
 	"github.com/gmig-dev/gmig/internal/bytesize"
 	"github.com/gmig-dev/gmig/internal/cmdline"
 	"github.com/gmig-dev/gmig/internal/sdnotify"
-	"github.com/gmig-dev/gmig/internal/vgpu"
 	"github.com/gmig-dev/gmig/precopy"
+	"github.com/gmig-dev/gmig/vgpu"
 )
 
 // vgpuSpecs collects repeated --vgpu NAME[:SIZE] flags.

@@ -7,7 +7,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/gmig-dev/gmig/hostd"
-	"github.com/gmig-dev/gmig/internal/vgpu"
+	"github.com/gmig-dev/gmig/vgpu"
 )
 
 const vgpuUsage = `usage: gmigd vgpu <command> [flags] [arguments]

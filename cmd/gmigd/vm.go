@@ -8,7 +8,7 @@ import (
 
 	"github.com/gmig-dev/gmig/hostd"
 	"github.com/gmig-dev/gmig/hostd/qemu"
-	"github.com/gmig-dev/gmig/internal/vgpu"
+	"github.com/gmig-dev/gmig/vgpu"
 )
 
 const vmUsage = `usage: gmigd vm <command> [flags] [arguments]

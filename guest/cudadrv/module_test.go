@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/gmig-dev/gmig/internal/migtest"
-	"github.com/gmig-dev/gmig/internal/vgpu"
+	"github.com/gmig-dev/gmig/vgpu"
 )
 
 // scalePTX declares the one guest module the CUDA back end's software model

@@ -19,7 +19,7 @@ type guestWrite struct {
 func w(off uint16, p ...byte) guestWrite { return guestWrite{off, p} }
 
 // splitWrite turns a guest write into log entries the way
-// internal/vgpu/device.go recordConfigWrite does: one entry for an aligned
+// vgpu/device.go recordConfigWrite does: one entry for an aligned
 // 1-, 2- or 4-byte write, byte entries otherwise.
 func splitWrite(g guestWrite) []Entry {
 	n := len(g.p)
@@ -199,7 +199,7 @@ func TestConfigWritesKeepOrder(t *testing.T) {
 //	0, 1, 2  a log entry of 1, 2 or 4 bytes, aligned down to its size
 //	         unless bit 7 is set (Record takes unaligned entries too)
 //	3 .. 6   a guest write of 1 + bits 5:3 bytes, split into entries as
-//	         internal/vgpu does; one reaching past config space is refused
+//	         vgpu does; one reaching past config space is refused
 //	         there and so not recorded
 //	7        a device reset (Log.Reset) and a fence; writes no bytes
 const (

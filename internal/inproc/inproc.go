@@ -23,8 +23,8 @@ import (
 	"github.com/gmig-dev/gmig/guest"
 	"github.com/gmig-dev/gmig/hostd"
 	"github.com/gmig-dev/gmig/internal/sim"
-	"github.com/gmig-dev/gmig/internal/vgpu"
 	"github.com/gmig-dev/gmig/orchestrator"
+	"github.com/gmig-dev/gmig/vgpu"
 )
 
 // Pair is two gmigd hosts in this process, with migration listeners on

@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/gmig-dev/gmig/internal/pool"
-	"github.com/gmig-dev/gmig/internal/vgpu"
+	"github.com/gmig-dev/gmig/vgpu"
 )
 
 // UseCUDAModel makes the CUDA back end of this test process the software

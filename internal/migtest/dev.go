@@ -13,8 +13,8 @@ import (
 	"github.com/gmig-dev/gmig/guest"
 	"github.com/gmig-dev/gmig/internal/apilog"
 	"github.com/gmig-dev/gmig/internal/pool"
-	"github.com/gmig-dev/gmig/internal/vgpu"
 	"github.com/gmig-dev/gmig/vfio"
+	"github.com/gmig-dev/gmig/vgpu"
 )
 
 // Dev is a vGPU driven directly through its vfio.Device methods, without a

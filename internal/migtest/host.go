@@ -12,8 +12,8 @@ import (
 
 	"github.com/gmig-dev/gmig/engine"
 	"github.com/gmig-dev/gmig/internal/pool"
-	"github.com/gmig-dev/gmig/internal/vgpu"
 	"github.com/gmig-dev/gmig/vfio"
+	"github.com/gmig-dev/gmig/vgpu"
 )
 
 // Log is the logger tests give the code under test: quiet unless a test is

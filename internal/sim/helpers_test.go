@@ -10,7 +10,7 @@ import (
 
 	"github.com/gmig-dev/gmig/guest"
 	"github.com/gmig-dev/gmig/internal/pool"
-	"github.com/gmig-dev/gmig/internal/vgpu"
+	"github.com/gmig-dev/gmig/vgpu"
 )
 
 // device is one vGPU served on a socket for the duration of a test.

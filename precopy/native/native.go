@@ -10,10 +10,10 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 
-	"github.com/gmig-dev/gmig/internal/vgpu"
 	"github.com/gmig-dev/gmig/precopy"
 	"github.com/gmig-dev/gmig/precopy/stream"
 	"github.com/gmig-dev/gmig/vfio"
+	"github.com/gmig-dev/gmig/vgpu"
 )
 
 // Device is a vGPU that migrates through the vfio-user protocol itself

@@ -16,10 +16,10 @@ import (
 	"github.com/gmig-dev/gmig/internal/migtest"
 	"github.com/gmig-dev/gmig/internal/pool"
 	"github.com/gmig-dev/gmig/internal/sim"
-	"github.com/gmig-dev/gmig/internal/vgpu"
 	"github.com/gmig-dev/gmig/precopy"
 	"github.com/gmig-dev/gmig/precopy/stream"
 	"github.com/gmig-dev/gmig/vfio"
+	"github.com/gmig-dev/gmig/vgpu"
 )
 
 // nativeServed is a vGPU served as a Device on a vfio-user socket, as a

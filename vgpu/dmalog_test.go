@@ -8,10 +8,10 @@ import (
 
 	"github.com/gmig-dev/gmig/internal/migtest"
 	"github.com/gmig-dev/gmig/internal/sim"
-	"github.com/gmig-dev/gmig/internal/vgpu"
 	"github.com/gmig-dev/gmig/precopy"
 	"github.com/gmig-dev/gmig/precopy/native"
 	"github.com/gmig-dev/gmig/vfio"
+	"github.com/gmig-dev/gmig/vgpu"
 )
 
 // TestDMALoggingFromEngineWrites: a VMM that logs the device's DMA over
