@@ -72,7 +72,7 @@ func (t *Tracker) ScanFrozen(ctx context.Context) (ScanResult, error) {
 
 func (t *Tracker) scan(ctx context.Context, frozen bool) (ScanResult, error) {
 	start := time.Now()
-	wl := t.pullWrites()
+	wl := t.pullWrites(frozen)
 	found := make([]uint64, (t.pages+63)/64)
 	counts := make([][NumSources]int, t.workers)
 	hashed := make([]int, t.workers)

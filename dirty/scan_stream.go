@@ -39,7 +39,7 @@ const DefaultStreamChunk = 2048
 // the samples would prove dirty must be hashed for sending all the same.
 func (t *Tracker) ScanFrozenStream(ctx context.Context, chunkPages int, fn func(ScanChunk) error) (ScanResult, error) {
 	start := time.Now()
-	wl := t.pullWrites()
+	wl := t.pullWrites(true)
 	if chunkPages <= 0 {
 		chunkPages = DefaultStreamChunk
 	}

@@ -22,6 +22,17 @@ type WriteLog interface {
 	Written(dst []int) ([]int, error)
 }
 
+// A WriteLogPeeker is a WriteLog that can also read without starting a
+// new round (uffdwp.Log.Peek): Peek appends what Written would, but the
+// pages stay logged and the next read reports them again. The scans of
+// frozen memory (ScanFrozen, ScanFrozenStream) use it when the log has it:
+// nothing writes until the scan is over, so there is nothing to protect
+// again, and such a read is cheaper. Reporting a page again later is only
+// an extra page checked.
+type WriteLogPeeker interface {
+	Peek(dst []int) ([]int, error)
+}
+
 // ErrRecordedBeforeLog says UseWriteLog came after pages were recorded: a
 // write between such a record and the arm would be missed.
 var ErrRecordedBeforeLog = errors.New("dirty: a write log must be armed before any page is recorded")
@@ -64,15 +75,20 @@ func (t *Tracker) UseWriteLog(wl WriteLog) error {
 }
 
 // pullWrites moves the pages the log reports into t.written and says
-// whether a trusted log decides which pages scans check. A log that fails
-// is dropped (and the failure logged) for good.
-func (t *Tracker) pullWrites() WriteLogStats {
+// whether a trusted log decides which pages scans check; frozen (memory
+// nothing writes until the scan ends) reads with Peek where the log has
+// it. A log that fails is dropped (and the failure logged) for good.
+func (t *Tracker) pullWrites(frozen bool) WriteLogStats {
 	t.wlMu.Lock()
 	defer t.wlMu.Unlock()
 	if t.wlog == nil {
 		return WriteLogStats{Lost: t.wlLost}
 	}
-	pages, err := t.wlog.Written(t.wlBuf[:0])
+	read := t.wlog.Written
+	if p, ok := t.wlog.(WriteLogPeeker); ok && frozen {
+		read = p.Peek
+	}
+	pages, err := read(t.wlBuf[:0])
 	if err != nil {
 		t.wlog, t.wlLost = nil, err.Error()
 		t.log.Warn().Err(err).Msg("dirty: write log lost; scans hash every page from now on")

@@ -44,9 +44,9 @@ type dtResult struct {
 
 // downtimeMatrix runs every size x dirty fraction x strategy.
 func downtimeMatrix(ctx context.Context, log zerolog.Logger, gp gpuPair, ss []uint64, fracs []float64, strats []string, share float64, seed int64) error {
-	fmt.Printf("\n== downtime: CUDA back end on both sides, %.0f%% of pages hold data before the guest starts; after the pre-copy the guest dirties a fraction of pages (GPU FILL+RENDER through the ring, half, at most what its GTT maps; CPU stores through the aperture outside the framebuffer, the rest), then pauses. Downtime = pause to resume of the guest, through the orchestrator as gmigd migrate runs it: stop phase (quiesce incl. device write-back, scan, transfer, restore, replay, other) + attach (switchover, commit, the destination VM's load and front end, commit record) + resume (engine, VM). Loopback TCP, one stream. Memory equal: the destination's pages against a run never migrated (software back end).\n", 100*prefillFraction)
+	fmt.Printf("\n== downtime: CUDA back end on both sides, %.0f%% of pages hold data before the guest starts; after the pre-copy the guest dirties a fraction of pages (GPU FILL+RENDER through the ring, half, at most what its GTT maps; CPU stores through the aperture outside the framebuffer, the rest), then pauses. Downtime = pause to resume of the guest, through the orchestrator as gmigd migrate runs it: stop phase (quiesce incl. device write-back, scan, transfer, restore, replay, other) + attach (switchover, commit, the destination VM's load and front end, commit record) + resume (engine, VM). Loopback TCP; the stop phase's pages go on the default number of streams as gmigd migrate sends them (%d here: half the cores, at most %d; the streams column), and the guest's aperture stores are logged as gmigd migrate logs them (the tracking column: the log, and the pages it had written at the stop). Memory equal: the destination's pages against a run never migrated (software back end).\n", 100*prefillFraction, precopy.DefaultStreams(), precopy.MaxDefaultStreams)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "size\tdirty\tstrategy\tdowntime ms\tquiesce\tscan\ttransfer\trestore\treplay\tother\tattach\tresume\tstop pages\tstop MiB\tby source\twrite-back MiB\tpre-copy ms\tpre MiB\tscan GB/s\tmemory equal\t")
+	fmt.Fprintln(tw, "size\tdirty\tstrategy\tdowntime ms\tquiesce\tscan\ttransfer\trestore\treplay\tother\tattach\tresume\tstop pages\tstop MiB\tby source\twrite-back MiB\tpre-copy ms\tpre MiB\tscan GB/s\tmemory equal\tstreams\ttracking\t")
 	for _, size := range ss {
 		for _, f := range fracs {
 			want, err := referencePages(ctx, log, size, f, seed)
@@ -59,10 +59,11 @@ func downtimeMatrix(ctx context.Context, log zerolog.Logger, gp gpuPair, ss []ui
 					return fmt.Errorf("%s, dirty %g, %s: %w", fmtSize(size), f, strat, err)
 				}
 				p, s := r.rep.Precopy.Precopy, r.rep.Precopy.Stop
-				fmt.Fprintf(tw, "%s\t%g%%\t%s\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%d\t%.1f\t%s\t%.1f\t%.0f\t%.0f\t%.1f\t%v\t\n",
+				fmt.Fprintf(tw, "%s\t%g%%\t%s\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%d\t%.1f\t%s\t%.1f\t%.0f\t%.0f\t%.1f\t%v\t%d\t%s\t\n",
 					fmtSize(size), 100*f, strat, ms(r.rep.Downtime), ms(s.Quiesce), ms(s.Scan), ms(s.Transfer), ms(s.Restore), ms(s.Replay), ms(s.Other()),
 					ms(r.attach), ms(r.resume), s.DirtyPages, float64(s.Bytes)/(1<<20), dirty.DescribeBySource(s.BySource), float64(r.writeBack)/(1<<20),
-					ms(p.Duration), float64(p.Bytes)/(1<<20), r.rep.Precopy.HashRate/1e9, r.same)
+					ms(p.Duration), float64(p.Bytes)/(1<<20), r.rep.Precopy.HashRate/1e9, r.same,
+					max(1, s.Streams), r.rep.Precopy.TrackingLine())
 				if !r.same {
 					return fmt.Errorf("%s: the destination's memory differs from a run never migrated", strat)
 				}

@@ -1,11 +1,15 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"testing"
 
+	"github.com/rs/zerolog"
+
 	"github.com/gmig-dev/gmig/engine/nvidia"
 	"github.com/gmig-dev/gmig/hostd"
+	"github.com/gmig-dev/gmig/precopy"
 )
 
 // TestMigrateModel runs `gmig-nvbench migrate` small on the software model
@@ -39,5 +43,33 @@ func TestMigrateModelTwoGPUs(t *testing.T) {
 	err = cmdMigrate([]string{"-gpus", "0,2", "-skip-workload", "-sizes", "16M", "-dirty", "0.01", "-strategies", "oneshot"})
 	if !errors.Is(err, hostd.ErrNoGPU) {
 		t.Fatalf("-gpus 0,2 on two GPUs: %v, want ErrNoGPU", err)
+	}
+}
+
+// TestDowntimeRunDefaults: a downtime run migrates as gmigd migrate does,
+// the stop phase's pages on precopy.DefaultStreams streams and the
+// guest's aperture stores logged (the table's streams and tracking
+// columns show both), with the destination's memory equal to a run never
+// migrated.
+func TestDowntimeRunDefaults(t *testing.T) {
+	t.Setenv(nvidia.ModelEnv, "1")
+	ctx := context.Background()
+	gp, err := parseGPUs("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const size, frac, seed = 16 << 20, 0.01, 1
+	want, err := referencePages(ctx, zerolog.Nop(), size, frac, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := downtimeRun(ctx, zerolog.Nop(), gp, size, frac, "oneshot", 0.4, seed, want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := r.rep.Precopy.Stop
+	if max(1, s.Streams) != precopy.DefaultStreams() || !s.WriteLog.Active || !r.same {
+		t.Fatalf("stop phase on %d stream(s), write log %+v (%s), memory equal %v; want %d streams, the log active, equal",
+			s.Streams, s.WriteLog, r.rep.Precopy.TrackingLine(), r.same, precopy.DefaultStreams())
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -20,10 +21,6 @@ import (
 // which is also the vGPU's page (docs/device-abi.md §1). Huge pages come
 // back as the 4 KiB pages they hold.
 const PageSize = 4096
-
-// vecRegions is how many regions one PAGEMAP_SCAN call can return before
-// Written calls again from where it stopped: 24 KiB of buffer.
-const vecRegions = 1024
 
 // ErrUnsupported says the kernel lacks what a write log needs (userfaultfd,
 // its asynchronous write-protect mode, or PAGEMAP_SCAN: Linux 6.7 or later
@@ -59,7 +56,10 @@ type Log struct {
 	dev     uint64 // the file's identity, to find new mappings of it
 	ino     uint64
 	ranges  []Range
-	vec     []pageRegion
+	pieces  []piece        // the ranges cut for the workers (splitRanges)
+	workers int            // goroutines a read spreads its walk over
+	vecs    [][]pageRegion // one PAGEMAP_SCAN buffer per worker
+	found   [][]int        // one output per piece of a read, reused
 }
 
 // Open registers every writable shared mapping of f in process pid (0 or
@@ -75,7 +75,7 @@ func Open(pid int, f *os.File) (*Log, error) {
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
 		return nil, fmt.Errorf("uffdwp: %w", err)
 	}
-	l := &Log{pid: pid, uffd: -1, dev: st.Dev, ino: st.Ino, vec: make([]pageRegion, vecRegions)}
+	l := &Log{pid: pid, uffd: -1, dev: st.Dev, ino: st.Ino, workers: runtime.GOMAXPROCS(0)}
 	var err error
 	if l.ranges, err = mappings(pid, st.Dev, st.Ino); err != nil {
 		return nil, err
@@ -83,6 +83,7 @@ func Open(pid int, f *os.File) (*Log, error) {
 	if len(l.ranges) == 0 {
 		return nil, fmt.Errorf("%w (pid %d)", ErrNoMapping, pid)
 	}
+	l.pieces = splitRanges(l.ranges, l.workers, minPiece)
 	if l.pagemap, err = os.Open(l.proc("pagemap")); err != nil {
 		return nil, fmt.Errorf("uffdwp: %w", err)
 	}
@@ -145,16 +146,13 @@ func (l *Log) Ranges() []Range { return slices.Clone(l.ranges) }
 // is logged. Protect first, then read: a page read for sending after Arm
 // returns and written after that read is logged.
 func (l *Log) Arm() error {
-	for _, r := range l.ranges {
-		a := pmScanArg{
-			Flags: scanWPMatching | scanCheckWPAsync, Start: r.Addr, End: r.Addr + r.Len,
-			CategoryMask: pageIsWritten, ReturnMask: pageIsWritten,
-		}
-		for a.Start < a.End {
-			if _, err := pagemapScan(int(l.pagemap.Fd()), &a, nil); err != nil {
-				return l.scanError("arming", err)
-			}
-			a.Start = a.WalkEnd
+	errs := make([]error, len(l.pieces))
+	l.eachPiece(func(_, i int) {
+		_, errs[i] = l.walk(l.pieces[i], scanWPMatching|scanCheckWPAsync, nil, nil)
+	})
+	for _, err := range errs {
+		if err != nil {
+			return l.scanError("arming", err)
 		}
 	}
 	return nil
@@ -162,31 +160,21 @@ func (l *Log) Arm() error {
 
 // Written appends to dst the offsets (in PageSize pages of the file) of
 // the pages written since Arm or the last Written, and write-protects
-// them again in the same pass. With several mappings of the file a page
-// may come more than once; the order is by mapping, then ascending.
+// them again in the same pass, for the next round. With several mappings
+// of the file a page may come more than once; the order is by mapping,
+// then ascending.
 func (l *Log) Written(dst []int) ([]int, error) {
-	if err := l.checkMappings(); err != nil {
-		return dst, err
-	}
-	for _, r := range l.ranges {
-		a := pmScanArg{
-			Flags: scanWPMatching | scanCheckWPAsync, Start: r.Addr, End: r.Addr + r.Len,
-			CategoryMask: pageIsWritten, ReturnMask: pageIsWritten,
-		}
-		for a.Start < a.End {
-			n, err := pagemapScan(int(l.pagemap.Fd()), &a, l.vec)
-			if err != nil {
-				return dst, l.scanError("reading written pages", err)
-			}
-			for _, reg := range l.vec[:n] {
-				for addr := reg.Start; addr < reg.End; addr += PageSize {
-					dst = append(dst, int((r.Off+addr-r.Addr)/PageSize))
-				}
-			}
-			a.Start = a.WalkEnd
-		}
-	}
-	return dst, nil
+	return l.read(dst, true)
+}
+
+// Peek is Written without starting a new round: it appends the same
+// pages but changes no page table, so they stay logged and the next
+// Written or Peek reports them again. It is the cheaper read for the last
+// look at memory nothing writes any more (a migration's stop phase): no
+// page is protected again, so no TLB flush and no invalidation of another
+// MMU's view of the range (KVM's) is asked for.
+func (l *Log) Peek(dst []int) ([]int, error) {
+	return l.read(dst, false)
 }
 
 // scanError wraps a PAGEMAP_SCAN failure: EPERM is CHECK_WPASYNC's word
