@@ -26,10 +26,6 @@ import (
 const (
 	// Namespace is gmig's metadata namespace in a domain's <metadata>.
 	Namespace = "https://gmig.dev/xmlns/libvirt/1"
-	// qemuNamespace is libvirt's QEMU command-line passthrough namespace
-	// (libvirt's docs/drvqemu.rst, "Pass-through of arbitrary qemu
-	// commands").
-	qemuNamespace = "http://libvirt.org/schemas/domain/qemu/1.0"
 )
 
 // DeviceID is the id the vGPU's vfio-user-pci device must have: the one
