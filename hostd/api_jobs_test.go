@@ -25,8 +25,7 @@ func TestAPIMigrationJobs(t *testing.T) {
 	sims := &sim.Registry{}
 	src := newMigHost(t, ctx, sims, false)
 	dst := newMigHost(t, ctx, sims, true)
-	vm, _, _ := startSimVM(t, ctx, src, sims, 4<<20)
-	defer vm.Close()
+	startSimVM(t, ctx, src, sims, 4<<20)
 	c := NewClient(serveTestAPI(t, src.Host, defaultAPITimeouts))
 
 	// 1 MB/s: the 4 MiB vGPU's live phase takes seconds, in which the
@@ -125,8 +124,7 @@ func TestAPIMigrateDryRun(t *testing.T) {
 	src := newMigHost(t, ctx, sims, false)
 	roomy := newMigHost(t, ctx, sims, false)
 	full := newMigHostWith(t, ctx, true, Config{Sims: sims, PoolSize: 6 << 20}) // 4 MiB filler: 2 MiB left
-	vm, _, _ := startSimVM(t, ctx, src, sims, 4<<20)
-	defer vm.Close()
+	startSimVM(t, ctx, src, sims, 4<<20)
 	c := NewClient(serveTestAPI(t, src.Host, defaultAPITimeouts))
 
 	check, err := c.CheckMigration(ctx, "vm", MigrateRequest{To: roomy.addr})

@@ -36,7 +36,6 @@ func TestDestroyRefusedWhileMigrating(t *testing.T) {
 	sims := &sim.Registry{}
 	src, dst := newMigHost(t, ctx, sims, false), newMigHost(t, ctx, sims, true)
 	vm, _, done := startSimVM(t, ctx, src, sims, 8<<20)
-	defer vm.Close()
 	release := midWorkload(t, ctx, vm, 40)
 	var (
 		mu    sync.Mutex

@@ -109,6 +109,9 @@ const (
 
 // startSimVM starts a simulated VM on a new vGPU of h, registers it as VM
 // "vm" there and in sims, with a 1 ms heartbeat, and runs its workload.
+// The test's cleanup stops the workload, waits for it to return and only
+// then closes the VM (a VM closed under its running workload pulls the
+// aperture from under the guest driver), so callers need not close it.
 func startSimVM(t *testing.T, ctx context.Context, h *migHost, sims *sim.Registry, mem uint64) (vm *sim.VM, info Info, done <-chan error) {
 	t.Helper()
 	info, err := h.Create(vgpu.Config{Name: "vm", MemSize: mem})
@@ -125,8 +128,18 @@ func startSimVM(t *testing.T, ctx context.Context, h *migHost, sims *sim.Registr
 	sims.Put("vm", vm)
 	stopBeat := vm.StartHeartbeat(time.Millisecond)
 	t.Cleanup(stopBeat)
+	runCtx, stop := context.WithCancel(ctx)
 	ch := make(chan error, 1)
-	go func() { ch <- vm.Run(ctx, testSteps) }()
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		ch <- vm.Run(runCtx, testSteps)
+	}()
+	t.Cleanup(func() {
+		stop()
+		<-finished
+		vm.Close()
+	})
 	return vm, info, ch
 }
 
@@ -192,7 +205,6 @@ func TestMigrateBetweenHosts(t *testing.T) {
 		newMigHostWith(t, ctx, false, Config{Sims: sims, OnHeartbeat: beats.recorder("b")}),
 	}
 	vm, info, done := startSimVM(t, ctx, hosts[0], sims, 8<<20)
-	defer vm.Close()
 
 	offsets := map[uint64]bool{info.PoolOffset: true}
 	strategies := []precopy.Strategy{precopy.OneShot, precopy.Iterative, precopy.StopCopy, precopy.OneShot}
@@ -310,7 +322,6 @@ func TestMigrateFailureKeepsSource(t *testing.T) {
 	sims := &sim.Registry{}
 	src := newMigHost(t, ctx, sims, false)
 	vm, _, done := startSimVM(t, ctx, src, sims, 4<<20)
-	defer vm.Close()
 
 	// Nobody listens on a closed listener's port.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -383,7 +394,6 @@ func TestMetrics(t *testing.T) {
 	sims := &sim.Registry{}
 	a, b := newMigHost(t, ctx, sims, true), newMigHost(t, ctx, sims, false)
 	vm, _, done := startSimVM(t, ctx, a, sims, 4<<20)
-	defer vm.Close()
 	var during []string // scrapes at each phase change, from the progress callback
 	mid := midWorkload(t, ctx, vm, 60)
 	last := ""
