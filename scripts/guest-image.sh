@@ -5,7 +5,8 @@
 # virtio-iommu for MSI; with what they depend on) and a modules.dep for
 # them, taken from the kernel's own; and the guest's libcuda.so.1
 # (cmd/libcuda, built with cgo) with the CUDA probe program
-# (cmd/libcuda/testdata/probe, /usr/bin/cuda-probe) and the root's glibc
+# (cmd/libcuda/testdata/probe.c built against NVIDIA's cuda.h from
+# provision.sh, /usr/bin/cuda-probe) and the root's glibc
 # loader and libraries they need, which gmig.cuda=... runs (docs/cuda.md).
 # Needs the root from provision.sh (for the kernel's modules and glibc). Output: .cache/guest/initramfs.cpio. Rebuilding
 # starts from an empty stage, so running it again gives the same image.
@@ -29,7 +30,7 @@ mkdir -p "$libdir" "$stage/lib/x86_64-linux-gnu" "$stage/lib64" "$stage/usr/bin"
 (cd "$top" && CGO_ENABLED=1 GOTOOLCHAIN=auto go build -trimpath -buildmode=c-shared \
 	-ldflags="-s -extldflags=-Wl,-soname,libcuda.so.1" -o "$libdir/libcuda.so.1" ./cmd/libcuda)
 rm -f "$libdir/libcuda.so.h"
-cp "$top/cmd/libcuda/testdata/probe" "$stage/usr/bin/cuda-probe"
+gcc -O2 -I"$cache/cuda/include" -o "$stage/usr/bin/cuda-probe" "$top/cmd/libcuda/testdata/probe.c" "$libdir/libcuda.so.1"
 cp -L "$root/lib64/ld-linux-x86-64.so.2" "$stage/lib64/"
 for lib in $(readelf -d "$libdir/libcuda.so.1" "$stage/usr/bin/cuda-probe" | sed -nE 's/.*\(NEEDED\).*\[(.*)\]/\1/p' | sort -u); do
 	[ "$lib" = libcuda.so.1 ] && continue

@@ -80,6 +80,30 @@ install_libvirt() {
 	return $rc
 }
 
+# NVIDIA's cuda.h, for the guest's C probe (cmd/libcuda/testdata/probe.c,
+# built by guest-image.sh): Debian trixie's non-free nvidia-cuda-dev (about
+# 900 MB) is downloaded with a private source list and state (the root's
+# own apt configuration is untouched), cuda.h alone is kept under
+# $cache/cuda/include, and the package is deleted.
+fetch_cuda_h() {
+	local tmp=$root/tmp/gmig-cudah
+	local o="-o Dir::Etc::sourcelist=/tmp/gmig-cudah/sources.list -o Dir::Etc::sourceparts=- -o Dir::State::Lists=/tmp/gmig-cudah/lists -o APT::Get::List-Cleanup=0"
+	rm -rf "$tmp"
+	mkdir -p "$tmp/lists/partial" "$cache/cuda/include"
+	echo "deb $mirror trixie non-free" >"$tmp/sources.list"
+	local rc=0
+	mount_root
+	{
+		in_root apt-get $o update -qq &&
+			in_root sh -c "cd /tmp/gmig-cudah && apt-get $o download -qq nvidia-cuda-dev 2>/dev/null" &&
+			dpkg-deb --fsys-tarfile "$tmp"/nvidia-cuda-dev_*.deb | tar -x -C "$tmp" ./usr/include/cuda.h &&
+			cp "$tmp/usr/include/cuda.h" "$cache/cuda/include/cuda.h"
+	} || rc=$?
+	umount_root
+	rm -rf "$tmp"
+	return $rc
+}
+
 mount_root() {
 	for d in proc sys dev; do
 		mountpoint -q "$root/$d" || mount --rbind "/$d" "$root/$d"
@@ -105,4 +129,5 @@ step "debootstrap trixie into $root" "$cache/.bootstrap" bootstrap
 step "QEMU 11.1 (trixie-backports) and linux-image-amd64 in the root" "$cache/.qemu" install_qemu
 step "guest kernel" "$cache/.kernel" guest_kernel
 step "libvirt (libvirtd, virsh) in the root" "$cache/.libvirt" install_libvirt
+step "NVIDIA's cuda.h (nvidia-cuda-dev, non-free) for the guest's C probe" "$cache/.cudah" fetch_cuda_h
 echo "provision: ready in $((SECONDS - t0))s: QEMU root $root, kernel $cache/guest/vmlinuz"

@@ -27,7 +27,29 @@ func buildLib(t *testing.T) string {
 	return dir
 }
 
-// TestProbeOverSimulator runs testdata/probe — a C program built against
+// buildProbe compiles testdata/probe.c against NVIDIA's cuda.h, which
+// provisioning keeps under the cache (scripts/provision.sh: $GMIG_CACHE, or
+// the repository's .cache), linked with libDir's libcuda.so.1; it skips the
+// test, saying why, where that header is not there.
+func buildProbe(t *testing.T, libDir string) string {
+	t.Helper()
+	cache := os.Getenv("GMIG_CACHE")
+	if cache == "" {
+		cache = filepath.Join("..", "..", ".cache")
+	}
+	inc := filepath.Join(cache, "cuda", "include")
+	if _, err := os.Stat(filepath.Join(inc, "cuda.h")); err != nil {
+		t.Skipf("skipping: no NVIDIA cuda.h to build the probe against (%v; run `make provision`)", err)
+	}
+	probe := filepath.Join(t.TempDir(), "probe")
+	cmd := exec.Command("gcc", "-O2", "-I"+inc, "-o", probe, filepath.Join("testdata", "probe.c"), filepath.Join(libDir, "libcuda.so.1"))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building the probe: %v\n%s", err, out)
+	}
+	return probe
+}
+
+// TestProbeOverSimulator runs the probe — a C program written against
 // NVIDIA's cuda.h, linked with -lcuda — against the library and a vGPU
 // served in this process: every device query, allocation, copy, memset,
 // stream and event call succeeds, the module load answers
@@ -35,9 +57,10 @@ func buildLib(t *testing.T) string {
 // by name, and an unsupported entry point is logged once.
 func TestProbeOverSimulator(t *testing.T) {
 	dir := buildLib(t)
+	probe := buildProbe(t, dir)
 	s := migtest.ServeNew(t, migtest.NewPool(t, 32<<20), "probe", 16<<20)
 	run := func() string {
-		cmd := exec.Command("testdata/probe", "3")
+		cmd := exec.Command(probe, "3")
 		cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+dir, "GMIG_CUDA_SOCKET="+s.Path)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
