@@ -23,6 +23,7 @@ func TestCommandSizes(t *testing.T) {
 		{"CmdLaunchBase", CmdLaunchBase{}, CmdLaunchBaseSize},
 		{"CmdKernelLoadModule", CmdKernelLoadModule{}, CmdKernelLoadModuleSize},
 		{"CmdLaunchParams", CmdLaunchParams{}, CmdLaunchParamsSize},
+		{"CmdLaunchGrid", CmdLaunchGrid{}, CmdLaunchGridSize},
 	}
 	for _, c := range cases {
 		if got := binary.Size(c.v); got != c.want {
