@@ -5,17 +5,17 @@ package abi
 // with CapDeviceAddr (set only together with CapLocalMem); a guest that
 // does not know the bit sees the 1.2 device.
 const (
-	// CapDeviceAddr says RegDeviceAddrBase is valid: memory offset m (an
-	// aperture offset below MEM_SIZE, or MEM_SIZE + l for device-local
-	// byte l) has the device address RegDeviceAddrBase + m, which kernels
-	// launched with LAUNCH_GRID dereference.
+	// CapDeviceAddr says RegDeviceAddrBase is valid: device-local byte l
+	// (§1.3) has the device address RegDeviceAddrBase + l, which kernels
+	// launched with LAUNCH_GRID dereference. Aperture bytes have no device
+	// address: such kernels reach device-local memory only.
 	CapDeviceAddr = 1 << 6
 	// CapLaunchGrid says LAUNCH_GRID runs guest modules (set with
 	// CapModules and CapDeviceAddr on back ends that run them).
 	CapLaunchGrid = 1 << 7
 
-	// RegDeviceAddrBase (ro 64) is the device address of memory offset 0;
-	// 0 without CapDeviceAddr. It is stable for the vGPU's life, across
+	// RegDeviceAddrBase (ro 64) is the device address of device-local
+	// byte 0, 2 MiB aligned; 0 without CapDeviceAddr. It is stable for the vGPU's life, across
 	// save/restore and migration: a destination that cannot give the same
 	// value refuses the migration.
 	RegDeviceAddrBase = 0x090
