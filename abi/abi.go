@@ -11,7 +11,7 @@ package abi
 // (docs/device-abi.md §1): major in the high 16 bits, minor in the low 16.
 const (
 	VersionMajor = 1
-	VersionMinor = 2 // 1.1 added KERNEL_LOAD_MODULE (CapModules); 1.2 adds device-local memory (CapLocalMem)
+	VersionMinor = 3 // 1.1 added KERNEL_LOAD_MODULE (CapModules); 1.2 device-local memory (CapLocalMem); 1.3 device addresses and LAUNCH_GRID (v13.go)
 	Version      = VersionMajor<<16 | VersionMinor
 )
 
@@ -171,7 +171,7 @@ const (
 	// OpLaunchParams launches a guest module with a parameter buffer (ABI
 	// 1.2, §6.9).
 	OpLaunchParams = 10
-	NumOps         = 11 // opcodes defined (1.0 had 9, 1.1 had 10)
+	NumOps         = 12 // opcodes defined (1.0 had 9, 1.1 had 10, 1.2 had 11)
 )
 
 // Command header flags (docs/device-abi.md §6).

@@ -66,12 +66,28 @@ type Backend interface {
 	// parameter layout (LAUNCH_PARAMS, ABI 1.2, §6.9), and returns the
 	// host extents it wrote.
 	LaunchModuleParams(handle uint32, threads uint64, params []byte) ([]gtt.Extent, error)
+	// LaunchGrid runs it on grid g with params, a parameter buffer the
+	// engine checked against the module's PTX parameter layout
+	// (LAUNCH_GRID, ABI 1.3, §6.10). The kernel reaches device-local
+	// memory only, through device addresses, so its writes are the back
+	// end's to track: none are returned. It may return before the kernel
+	// has run: a kernel that fails is reported by a later Sync (or a later
+	// operation) with an error wrapping ErrLaunchFailed.
+	LaunchGrid(handle uint32, g Grid, params []byte) error
 	// Place asks for graphics memory at device virtual address va (0 asks
 	// nothing) and returns where it is: guest kernels see it there, and a
 	// migration asks the destination for the source's address so that
 	// device pointers stored in graphics memory stay valid. Back ends
 	// without device addresses return 0.
 	Place(va uint64) (uint64, error)
+}
+
+// Grid is the shape of a LAUNCH_GRID (docs/device-abi.md §6.10), as
+// cuLaunchKernel takes it.
+type Grid struct {
+	X, Y, Z                uint32 // blocks in the grid
+	BlockX, BlockY, BlockZ uint32 // threads in a block
+	SharedBytes            uint32 // dynamic shared memory of a block
 }
 
 // Fault describes a command that failed (docs/device-abi.md §4).

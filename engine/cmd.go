@@ -20,7 +20,8 @@ var (
 
 // Command is one decoded ring command (docs/device-abi.md §6). The concrete
 // types are Nop, Copy, Fill, DMA, Fence, KernelLoad, KernelUnload, Launch,
-// (ABI 1.1) KernelLoadModule and (ABI 1.2) LaunchParams.
+// (ABI 1.1) KernelLoadModule, (ABI 1.2) LaunchParams and (ABI 1.3)
+// LaunchGrid.
 type Command interface {
 	// Opcode is the abi.Op* number of the command.
 	Opcode() uint16
@@ -79,6 +80,15 @@ type LaunchParams struct {
 	Len     uint32
 }
 
+// LaunchGrid is LAUNCH_GRID (§6.10, ABI 1.3): guest module Handle on
+// Grid with the Len-byte parameter buffer at graphics address Params.
+type LaunchGrid struct {
+	Handle uint32
+	Grid   Grid
+	Params uint64
+	Len    uint32
+}
+
 // Launch is LAUNCH (§6.7).
 type Launch struct {
 	Handle uint32
@@ -94,6 +104,7 @@ func (c KernelUnload) Opcode() uint16     { return abi.OpKernelUnload }
 func (c KernelLoadModule) Opcode() uint16 { return abi.OpKernelLoadModule }
 func (c Launch) Opcode() uint16           { return abi.OpLaunch }
 func (c LaunchParams) Opcode() uint16     { return abi.OpLaunchParams }
+func (c LaunchGrid) Opcode() uint16       { return abi.OpLaunchGrid }
 func (c DMA) Opcode() uint16 {
 	if c.ToGfx {
 		return abi.OpDMAToGfx
@@ -111,6 +122,7 @@ func (c KernelUnload) Size() uint32     { return abi.CmdKernelUnloadSize }
 func (c KernelLoadModule) Size() uint32 { return abi.CmdKernelLoadModuleSize }
 func (c Launch) Size() uint32           { return abi.CmdLaunchBaseSize + 8*uint32(len(c.Args)) }
 func (c LaunchParams) Size() uint32     { return abi.CmdLaunchParamsSize }
+func (c LaunchGrid) Size() uint32       { return abi.CmdLaunchGridSize }
 
 var le = binary.LittleEndian
 
@@ -156,6 +168,23 @@ var opSpecs = [abi.NumOps]opSpec{
 	abi.OpLaunchParams: {abi.CmdLaunchParamsSize, 0, func(_ abi.CmdHeader, p []byte) (Command, error) {
 		return LaunchParams{Handle: le.Uint32(p[0:]), Threads: le.Uint64(p[8:]), Params: le.Uint64(p[16:]), Len: le.Uint32(p[24:])}, nil
 	}},
+	abi.OpLaunchGrid: {abi.CmdLaunchGridSize, 0, decodeLaunchGrid},
+}
+
+func decodeLaunchGrid(_ abi.CmdHeader, p []byte) (Command, error) { return launchGridOf(p), nil }
+
+// launchGridOf decodes abi.CmdLaunchGrid's payload (the pad is ignored).
+func launchGridOf(p []byte) LaunchGrid {
+	return LaunchGrid{
+		Handle: le.Uint32(p[0:]),
+		Grid: Grid{
+			SharedBytes: le.Uint32(p[4:]),
+			X:           le.Uint32(p[8:]), Y: le.Uint32(p[12:]), Z: le.Uint32(p[16:]),
+			BlockX: le.Uint32(p[20:]), BlockY: le.Uint32(p[24:]), BlockZ: le.Uint32(p[28:]),
+		},
+		Params: le.Uint64(p[32:]),
+		Len:    le.Uint32(p[40:]),
+	}
 }
 
 func decodeDMA(toGfx bool) func(abi.CmdHeader, []byte) (Command, error) {

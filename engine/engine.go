@@ -101,18 +101,22 @@ type Engine struct {
 
 	mu        sync.Mutex
 	r         regs
-	kernels   map[uint32]uint32 // handle -> kind
-	modules   map[uint32]Module // guest modules (kind abi.KernelModule), by handle
-	quiesced  bool              // parked between commands
-	executing bool              // a command is between fetch and retire
+	kernels   map[uint32]uint32      // handle -> kind
+	modules   map[uint32]Module      // guest modules (kind abi.KernelModule), by handle
+	layouts   map[uint32]paramLayout // their PTX parameter layouts, read once (launchgrid.go)
+	quiesced  bool                   // parked between commands
+	executing bool                   // a command is between fetch and retire
 	started   bool
 	running   bool // the goroutine is alive
 	closed    bool
 	idle      chan struct{} // closed and cleared when the engine goes idle; nil if nobody waits
 
 	// Owned by the engine goroutine.
-	cmd   [abi.CmdMaxSize]byte
-	stage []byte // DMA staging
+	cmd      [abi.CmdMaxSize]byte
+	stage    []byte                    // DMA staging
+	params   [abi.LaunchParamsMax]byte // a LAUNCH_GRID's parameter buffer
+	lastGrid gridLaunch                // the latest LAUNCH_GRID (launchgrid.go)
+	unsynced bool                      // a command wrote graphics memory since the last Backend.Sync
 }
 
 // New returns an engine over cfg; it runs nothing until Start.
@@ -129,6 +133,7 @@ func New(cfg Config) *Engine {
 		done:    make(chan struct{}),
 		kernels: make(map[uint32]uint32),
 		modules: make(map[uint32]Module),
+		layouts: make(map[uint32]paramLayout),
 	}
 }
 
@@ -437,7 +442,7 @@ func (e *Engine) handle(req ctlReq) {
 // memory (a GPU back end keeps outputs on the device between fences), so a
 // quiesced engine's graphics memory can be read, hashed and migrated.
 func (e *Engine) syncBackend() {
-	if err := e.cfg.Backend.Sync(); err != nil {
+	if err := e.sync(); err != nil {
 		e.log.Error().Err(err).Msg("engine: back end sync at quiesce failed")
 	}
 }

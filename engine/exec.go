@@ -31,6 +31,7 @@ type result struct {
 	drop  bool         // framing or fetch error: head jumps to the tail
 	wrote []gtt.Extent // host extents written (possibly partly)
 	code  uint32       // abi.Err* bit of a failure, 0 on success
+	cuda  uint32       // its stream's CUDA code when not cudaCode's (stream.go)
 	err   error
 
 	stream  uint32 // the command's stream (0 without streams)
@@ -55,12 +56,26 @@ func (e *Engine) step() {
 	e.mu.Unlock()
 
 	res := e.fetchAndRun(p)
-	if res.code != 0 || e.drains(p, res) {
+	if res.op == abi.OpLaunchGrid && res.code == 0 && !res.skipped && !res.drop {
+		e.lastGrid = gridLaunch{known: true, offset: p.head, stream: res.stream}
+	}
+	if res.code != 0 {
+		// The back end may have found an earlier launch's failure while
+		// doing this command: that launch's fault goes first.
+		e.launchFailed(res.err)
+	}
+	if len(res.wrote) > 0 {
+		e.unsynced = true
+	}
+	if res.code != 0 || (e.unsynced && e.drains(p, res)) {
 		// The guest is about to learn of a failure (ERR_STATUS, the error
 		// interrupt) or see the ring idle: first make what every retired
 		// command wrote visible in host memory, as FENCE does (a GPU back
-		// end keeps outputs on the device until then).
-		if err := e.cfg.Backend.Sync(); err != nil {
+		// end keeps outputs on the device until then). A ring that drains
+		// after commands that wrote no graphics memory (LAUNCH_GRID's
+		// kernels write device-local memory only) needs none: its
+		// kernels run on, and the next FENCE waits for them.
+		if err := e.sync(); err != nil {
 			e.log.Error().Err(err).Msg("engine: back end sync failed")
 		}
 	}
@@ -71,7 +86,7 @@ func (e *Engine) step() {
 		// The stream's error is there before the guest can learn of
 		// the failure.
 		e.mu.Lock()
-		e.noteStreamLocked(result{code: res.code, drop: res.drop, op: res.op, stream: res.stream})
+		e.noteStreamLocked(result{code: res.code, cuda: res.cuda, drop: res.drop, op: res.op, stream: res.stream})
 		e.mu.Unlock()
 		f := Fault{Code: res.code, RingOffset: p.head, Opcode: res.op, Err: res.err}
 		e.log.Debug().Uint32("code", f.Code).Uint32("ring_offset", f.RingOffset).
@@ -134,7 +149,9 @@ func (e *Engine) fetchAndRun(p ringPos) result {
 			r.op, r.drop = h.Opcode, true
 			return r
 		}
-		c, err = Decode(e.cmd[:h.Size])
+		if h.Opcode != abi.OpLaunchGrid { // LAUNCH_GRID skips the interface (no allocation)
+			c, err = Decode(e.cmd[:h.Size])
+		}
 	}
 	if err != nil {
 		r := fail(abi.ErrCommand, err)
@@ -142,9 +159,12 @@ func (e *Engine) fetchAndRun(p ringPos) result {
 		return r
 	}
 	var r result
-	if h.Opcode != abi.OpFence && e.streamFailed(stream) {
+	switch {
+	case h.Opcode != abi.OpFence && e.streamFailed(stream):
 		r.skipped = true
-	} else {
+	case h.Opcode == abi.OpLaunchGrid:
+		r = e.execLaunchGrid(launchGridOf(e.cmd[abi.CmdHeaderSize:h.Size]))
+	default:
 		r = e.exec(c)
 	}
 	r.op, r.size, r.stream = h.Opcode, h.Size, stream
@@ -216,6 +236,8 @@ func (e *Engine) exec(c Command) result {
 		return e.execKernelLoadModule(c)
 	case LaunchParams:
 		return e.execLaunchParams(c)
+	case LaunchGrid:
+		return e.execLaunchGrid(c)
 	}
 	return fail(abi.ErrCommand, fmt.Errorf("%w: no handler for %T", ErrBadArgs, c))
 }
@@ -361,7 +383,7 @@ func (e *Engine) execFence(c Fence) result {
 		}
 		wrote = xs
 	}
-	if err := e.cfg.Backend.Sync(); err != nil {
+	if err := e.sync(); err != nil {
 		return e.backendFail(err, wrote)
 	}
 	return result{wrote: wrote, fenced: true, fence: c.Value, interrupt: c.Interrupt}

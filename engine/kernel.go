@@ -47,6 +47,7 @@ func (e *Engine) execKernelUnload(c KernelUnload) result {
 	kind, ok := e.kernels[c.Handle]
 	delete(e.kernels, c.Handle)
 	delete(e.modules, c.Handle)
+	delete(e.layouts, c.Handle)
 	e.mu.Unlock()
 	if !ok {
 		return kernelFail("unload of unknown handle %d", c.Handle)

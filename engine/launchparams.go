@@ -4,15 +4,12 @@ import (
 	"fmt"
 
 	"github.com/gmig-dev/gmig/abi"
-	"github.com/gmig-dev/gmig/engine/ptxparam"
 )
 
 // execLaunchParams runs LAUNCH_PARAMS (docs/device-abi.md §6.9, ABI 1.2):
 // a guest module with a parameter buffer read from graphics memory, which
-// must be exactly as long as the module's PTX says its parameters are. The
-// layout is read from the module's PTX at each launch (modules are
-// immutable; caching it is left for when launches are frequent enough to
-// show it).
+// must be exactly as long as the module's PTX says its parameters are (the
+// layout read once per module, as for LAUNCH_GRID).
 func (e *Engine) execLaunchParams(c LaunchParams) result {
 	e.mu.Lock()
 	kind, ok := e.kernels[c.Handle]
@@ -28,12 +25,12 @@ func (e *Engine) execLaunchParams(c LaunchParams) result {
 	case badRange(c.Params, uint64(c.Len)):
 		return kernelFail("parameter buffer range overflows")
 	}
-	layout, err := ptxparam.Of(m.PTX, m.Entry)
-	if err != nil {
-		return fail(abi.ErrKernel, fmt.Errorf("%w: module %d: %w", ErrBadKernel, c.Handle, err))
+	layout := e.paramsLayout(m)
+	if layout.err != nil {
+		return fail(abi.ErrKernel, fmt.Errorf("%w: module %d: %w", ErrBadKernel, c.Handle, layout.err))
 	}
-	if layout.Size != c.Len {
-		return kernelFail("module %d's parameters take %d bytes, the buffer has %d", c.Handle, layout.Size, c.Len)
+	if layout.size != c.Len {
+		return kernelFail("module %d's parameters take %d bytes, the buffer has %d", c.Handle, layout.size, c.Len)
 	}
 	params := make([]byte, c.Len)
 	if c.Len > 0 {

@@ -129,4 +129,8 @@ func (s *software) LaunchModuleParams(uint32, uint64, []byte) ([]gtt.Extent, err
 	return nil, fmt.Errorf("%w: the software back end has no guest modules", ErrNoModules)
 }
 
+func (s *software) LaunchGrid(uint32, Grid, []byte) error {
+	return fmt.Errorf("%w: the software back end runs no modules", ErrNoModules)
+}
+
 func (s *software) Place(uint64) (uint64, error) { return 0, nil }

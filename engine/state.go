@@ -183,6 +183,7 @@ func (e *Engine) Restore(s State) error {
 	for _, m := range s.Modules {
 		e.modules[m.Handle] = m
 	}
+	e.layouts = make(map[uint32]paramLayout)
 	e.log.Debug().Uint32("head", s.Head).Uint32("tail", s.Tail).Bool("enabled", s.Enabled).
 		Int("kernels", len(s.Kernels)).Msg("engine: state restored")
 	e.notifyIdleLocked()
@@ -203,6 +204,8 @@ func (e *Engine) resetNow() {
 	e.mu.Lock()
 	mods := e.modules
 	e.modules = make(map[uint32]Module)
+	e.layouts = make(map[uint32]paramLayout)
+	e.lastGrid = gridLaunch{}
 	e.mu.Unlock()
 	e.unloadModules(mods)
 	e.mu.Lock()

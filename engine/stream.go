@@ -83,7 +83,10 @@ func (e *Engine) noteStreamLocked(res result) {
 	}
 	st := &e.r.streams[res.stream]
 	if res.code != 0 && !res.drop && st.err == 0 {
-		st.err = cudaCode(res.op, res.code)
+		st.err = res.cuda
+		if st.err == 0 {
+			st.err = cudaCode(res.op, res.code)
+		}
 	}
 	if res.fenced {
 		st.fence = res.fence
@@ -102,7 +105,7 @@ func cudaCode(op uint16, code uint32) uint32 {
 		switch op {
 		case abi.OpKernelLoadModule:
 			return abi.CudaErrorInvalidImage
-		case abi.OpLaunch:
+		case abi.OpLaunch, abi.OpLaunchGrid:
 			return abi.CudaErrorLaunchFailed
 		}
 		return abi.CudaErrorInvalidHandle

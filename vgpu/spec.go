@@ -55,6 +55,10 @@ func (c Config) caps() uint32 {
 		// The CUDA-shaped device: local memory and streams together.
 		caps |= abi.CapLocalMem | abi.CapStreams
 	}
+	if c.GuestModules && c.LocalMemSize > 0 && c.Backend == BackendCUDA {
+		// LAUNCH_GRID (ABI 1.3): guest modules on device-local memory.
+		caps |= abi.CapLaunchGrid
+	}
 	return caps
 }
 

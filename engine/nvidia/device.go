@@ -20,6 +20,7 @@ type gpuDevice interface {
 	CopyHtoD(dst cuda.DevPtr, src []byte, s cuda.Stream) error
 	CopyDtoH(dst []byte, src cuda.DevPtr, s cuda.Stream) error
 	Launch(f cuda.Function, grid, block uint32, s cuda.Stream, params ...uint64) error
+	LaunchBuffer(f cuda.Function, grid, block [3]uint32, sharedBytes uint32, s cuda.Stream, params []byte) error
 	LoadModule(image []byte) (cuda.Module, error)
 	Function(m cuda.Module, name string) (cuda.Function, error)
 	UnloadModule(cuda.Module) error

@@ -9,11 +9,11 @@ package nvidia
 // model GPUs, each with its own memory and UUID), so that the cuda-tagged
 // tests of other packages, gmig-nvbench and gmigd's choice of GPU run on
 // it too.
-// The model runs the one guest module the tests load ("scale").
+// The model runs the guest module the LAUNCH tests load ("scale") and the
+// LAUNCH_GRID test kernels (model_kernels.go).
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 	"sort"
@@ -49,6 +49,7 @@ type modelDevice struct {
 	regions []modelRegion // sorted by base
 	streams int
 	mapped  map[cuda.DevPtr]bool // mappings' bases (for Move)
+	grid    gridState            // guest grid kernels (model_kernels.go)
 }
 
 // NewModelGPU returns a GPU backed by the software model of a CUDA device
@@ -105,7 +106,7 @@ func (d *modelDevice) NewStream() (cuda.Stream, error) {
 	return cuda.Stream(d.streams), nil
 }
 func (d *modelDevice) DestroyStream(cuda.Stream) error { return nil }
-func (d *modelDevice) Sync(cuda.Stream) error          { return nil }
+func (d *modelDevice) Sync(cuda.Stream) error          { return d.takeFault() }
 func (d *modelDevice) HostRegister(b []byte) (cuda.DevPtr, error) {
 	return d.add(b), nil
 }
@@ -185,7 +186,7 @@ func (d *modelDevice) Function(_ cuda.Module, name string) (cuda.Function, error
 	case "nop":
 		return mNop, nil
 	}
-	return 0, errors.New("model: no such kernel")
+	return d.gridFunction(name), nil
 }
 func (d *modelDevice) UnloadModule(cuda.Module) error { return nil }
 

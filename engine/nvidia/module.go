@@ -202,6 +202,9 @@ func (b *NVIDIA) hashMirror(out cuda.DevPtr, pages uint64) error {
 // launchHash runs gmig_xxh64_pages over n pages at base (page numbers
 // from list when it is nonzero) into out, and waits for it.
 func (b *NVIDIA) launchHash(base uint64, list cuda.DevPtr, n uint64, out cuda.DevPtr) error {
+	if err := b.settleGrids(); err != nil {
+		return err
+	}
 	grid := uint32((4*n + blockThreads - 1) / blockThreads)
 	if err := b.dev.Launch(b.g.fn.hashPages, grid, blockThreads, b.stream, base, uint64(list), n, uint64(out)); err != nil {
 		return err

@@ -90,7 +90,8 @@ type NVIDIA struct {
 	scratch     cuda.DevPtr
 	scratchSize uint64
 
-	mods *moduleSet // guest modules; nil without Config.Modules
+	mods  *moduleSet // guest modules; nil without Config.Modules
+	grids int        // LAUNCH_GRID kernels queued since the stream was last waited for (launch.go)
 
 	stats nvStats // read by Stats from any goroutine
 }
@@ -320,6 +321,9 @@ func (b *NVIDIA) scatterPieces(ps []nvPiece, src uint64, dst []span) []nvPiece {
 // one after the other (one block), so that later ones win where they
 // overlap earlier ones.
 func (b *NVIDIA) runPieces(fn cuda.Function, ps []nvPiece, inOrder bool, extra ...uint64) error {
+	if err := b.settleGrids(); err != nil {
+		return err
+	}
 	for len(ps) > 0 {
 		n := min(len(ps), len(b.table))
 		copy(b.table, ps[:n])
@@ -341,6 +345,9 @@ func (b *NVIDIA) runPieces(fn cuda.Function, ps []nvPiece, inOrder bool, extra .
 
 // launch runs one grid-stride kernel over items and waits for it.
 func (b *NVIDIA) launch(fn cuda.Function, items uint64, args ...uint64) error {
+	if err := b.settleGrids(); err != nil {
+		return err
+	}
 	if err := b.dev.Launch(fn, b.g.gridFor(items), blockThreads, b.stream, args...); err != nil {
 		return err
 	}

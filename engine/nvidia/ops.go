@@ -120,8 +120,9 @@ func (b *NVIDIA) Read(dst []byte, src []gtt.Extent) error {
 }
 
 // Sync writes every pending byte back to the window: after it the
-// aperture shows every command so far (a FENCE retires after it).
-func (b *NVIDIA) Sync() error { return b.writeBackAll() }
+// aperture shows every command so far (a FENCE retires after it), and
+// LAUNCH_GRID kernels have finished (launch.go).
+func (b *NVIDIA) Sync() error { return b.syncAll() }
 
 // kernelIO gathers the inputs of a kernel into scratch (at the offsets
 // given) and returns the output's spans; in and offs pair up.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
+	"sync"
 	"unsafe"
 )
 
@@ -99,4 +100,54 @@ func (dv *Device) Launch(f Function, grid, block uint32, s Stream, params ...uin
 	return dv.do("cuLaunchKernel", func() Result {
 		return dv.d.fn.cuLaunchKernel(f, grid, 1, 1, block, 1, 1, 0, s, unsafe.Pointer(&ptrs[0]), nil)
 	})
+}
+
+// cuLaunchKernel's extra markers (cuda.h: CU_LAUNCH_PARAM_END_AS_INT,
+// CU_LAUNCH_PARAM_BUFFER_POINTER_AS_INT, CU_LAUNCH_PARAM_BUFFER_SIZE_AS_INT).
+const (
+	launchParamEnd           = 0x00
+	launchParamBufferPointer = 0x01
+	launchParamBufferSize    = 0x02
+)
+
+// launchExtra is one launch's extra array and the buffer size it points
+// at, reused through launchExtras so that a launch allocates nothing.
+type launchExtra struct {
+	extra [5]uintptr
+	size  uintptr
+	pin   runtime.Pinner
+}
+
+var launchExtras = sync.Pool{New: func() any { return new(launchExtra) }}
+
+// LaunchBuffer queues f on s with a grid of grid blocks of block threads
+// (x, y, z), sharedBytes of dynamic shared memory per block, and params
+// as the kernel's parameter buffer, passed unchanged through
+// cuLaunchKernel's extra (CU_LAUNCH_PARAM_BUFFER_POINTER and _SIZE):
+// params must be laid out as f's parameters are (each at the next offset
+// aligned to it, as cuFuncGetParamInfo reports). It returns once the
+// launch is queued; a kernel that faults makes a later call on the
+// context fail.
+func (dv *Device) LaunchBuffer(f Function, grid, block [3]uint32, sharedBytes uint32, s Stream, params []byte) error {
+	if len(params) == 0 {
+		return dv.do("cuLaunchKernel", func() Result {
+			return dv.d.fn.cuLaunchKernel(f, grid[0], grid[1], grid[2], block[0], block[1], block[2], sharedBytes, s, nil, nil)
+		})
+	}
+	x := launchExtras.Get().(*launchExtra)
+	defer launchExtras.Put(x)
+	x.pin.Pin(&params[0])
+	x.pin.Pin(x)
+	defer x.pin.Unpin()
+	x.size = uintptr(len(params))
+	x.extra = [5]uintptr{
+		launchParamBufferPointer, uintptr(unsafe.Pointer(&params[0])),
+		launchParamBufferSize, uintptr(unsafe.Pointer(&x.size)),
+		launchParamEnd,
+	}
+	err := dv.do("cuLaunchKernel", func() Result {
+		return dv.d.fn.cuLaunchKernel(f, grid[0], grid[1], grid[2], block[0], block[1], block[2], sharedBytes, s, nil, unsafe.Pointer(&x.extra[0]))
+	})
+	runtime.KeepAlive(params)
+	return err
 }

@@ -1,0 +1,178 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/gmig-dev/gmig/abi"
+	"github.com/gmig-dev/gmig/engine/ptxparam"
+)
+
+// LAUNCH_GRID (docs/device-abi.md §6.10, ABI 1.3): a guest module on a
+// grid of blocks with a parameter buffer, as cuLaunchKernel runs it. The
+// kernel reaches device-local memory only, through device addresses, so
+// the engine neither resolves nor reports its writes (the back end tracks
+// them) and the launch may still be running when the command retires: a
+// kernel that fails is found at the next sync point (a FENCE, a drained
+// ring, a quiesce, or the next back-end operation) and reported then as
+// the launch's fault.
+
+// ErrLaunchFailed is wrapped by a back end's report that a kernel it
+// launched for LAUNCH_GRID failed on the device (CUDA_ERROR_LAUNCH_FAILED
+// and the other errors a faulting kernel leaves). The launch retired
+// before; the engine reports the fault when the report comes.
+var ErrLaunchFailed = errors.New("engine: a launched kernel failed")
+
+// paramLayout is a guest module's parameter-buffer size as its PTX
+// declares it, or why the PTX cannot say.
+type paramLayout struct {
+	size uint32
+	err  error
+}
+
+// gridLaunch is the latest LAUNCH_GRID that retired: the launch a later
+// ErrLaunchFailed is reported against (a back end reports it only while
+// some launch may still be running, and the latest one is).
+type gridLaunch struct {
+	known          bool
+	offset, stream uint32
+}
+
+// checkGrid checks a LAUNCH_GRID's shape against the limits of §6.10.
+func checkGrid(g Grid) error {
+	switch {
+	case g.X == 0 || g.Y == 0 || g.Z == 0 || g.BlockX == 0 || g.BlockY == 0 || g.BlockZ == 0:
+		return fmt.Errorf("grid %dx%dx%d of blocks %dx%dx%d has a dimension 0", g.X, g.Y, g.Z, g.BlockX, g.BlockY, g.BlockZ)
+	case uint64(g.BlockX)*uint64(g.BlockY)*uint64(g.BlockZ) > abi.LaunchGridMaxBlockThreads:
+		return fmt.Errorf("block %dx%dx%d has more than %d threads", g.BlockX, g.BlockY, g.BlockZ, abi.LaunchGridMaxBlockThreads)
+	case g.X > launchGridMaxX || g.Y > launchGridMaxYZ || g.Z > launchGridMaxYZ:
+		return fmt.Errorf("grid %dx%dx%d exceeds %dx%dx%d", g.X, g.Y, g.Z, launchGridMaxX, launchGridMaxYZ, launchGridMaxYZ)
+	case g.SharedBytes > abi.LaunchGridMaxShared:
+		return fmt.Errorf("%d bytes of dynamic shared memory (at most %d)", g.SharedBytes, abi.LaunchGridMaxShared)
+	}
+	return nil
+}
+
+// Grid limits of every CUDA GPU since compute capability 3.0 (CUDA C
+// Programming Guide, "Compute Capabilities": maximum x-dimension of a grid
+// 2^31-1, y and z 65535), as docs/device-abi.md §6.10 states them.
+const (
+	launchGridMaxX  = 1<<31 - 1
+	launchGridMaxYZ = 65535
+)
+
+// gridFail is a LAUNCH_GRID refused before launching: a KERNEL error whose
+// stream code is cuda (§6.10).
+func gridFail(cuda uint32, format string, args ...any) result {
+	r := kernelFail(format, args...)
+	r.cuda = cuda
+	return r
+}
+
+// execLaunchGrid runs LAUNCH_GRID: checks, reads the parameter buffer
+// through the GTT into the engine's own buffer, and hands it to the back
+// end. Nothing here allocates on the path of a launch that succeeds.
+func (e *Engine) execLaunchGrid(c LaunchGrid) result {
+	e.mu.Lock()
+	kind, ok := e.kernels[c.Handle]
+	m := e.modules[c.Handle]
+	layout, cached := e.layouts[c.Handle]
+	e.mu.Unlock()
+	switch {
+	case !ok:
+		return gridFail(abi.CudaErrorInvalidHandle, "LAUNCH_GRID of unknown handle %d", c.Handle)
+	case kind != abi.KernelModule:
+		return gridFail(abi.CudaErrorInvalidHandle, "LAUNCH_GRID of kernel %d, a built-in kernel of kind %d (LAUNCH runs those)", c.Handle, kind)
+	}
+	if err := checkGrid(c.Grid); err != nil {
+		return gridFail(abi.CudaErrorInvalidValue, "LAUNCH_GRID of module %d: %w", c.Handle, err)
+	}
+	switch {
+	case c.Len > abi.LaunchParamsMax:
+		return gridFail(abi.CudaErrorInvalidValue, "parameter buffer of %d bytes (at most %d)", c.Len, abi.LaunchParamsMax)
+	case badRange(c.Params, uint64(c.Len)):
+		return gridFail(abi.CudaErrorInvalidValue, "parameter buffer range overflows")
+	}
+	if !cached {
+		layout = e.cacheLayout(m)
+	}
+	if layout.err != nil {
+		return gridFail(abi.CudaErrorInvalidValue, "module %d: %w", c.Handle, layout.err)
+	}
+	if layout.size != c.Len {
+		return gridFail(abi.CudaErrorInvalidValue, "module %d's parameters take %d bytes, the buffer has %d", c.Handle, layout.size, c.Len)
+	}
+	params := e.params[:c.Len]
+	if c.Len > 0 {
+		xs, err := e.resolve(c.Params, uint64(c.Len), false)
+		if err != nil {
+			return fail(abi.ErrPageFault, err)
+		}
+		if err := e.cfg.Backend.Read(params, xs); err != nil {
+			return e.backendFail(err, nil)
+		}
+	}
+	if err := e.cfg.Backend.LaunchGrid(c.Handle, c.Grid, params); err != nil {
+		return fail(abi.ErrKernel, fmt.Errorf("engine: %s back end: LAUNCH_GRID of module %d: %w", e.cfg.Backend.Name(), c.Handle, err))
+	}
+	return result{}
+}
+
+// paramsLayout returns module m's parameter layout, read from its PTX
+// once per module (modules are immutable) and cached until the module is
+// unloaded, the engine reset or restored.
+func (e *Engine) paramsLayout(m Module) paramLayout {
+	e.mu.Lock()
+	l, ok := e.layouts[m.Handle]
+	e.mu.Unlock()
+	if ok {
+		return l
+	}
+	return e.cacheLayout(m)
+}
+
+// cacheLayout reads m's layout and caches it while m is still loaded.
+func (e *Engine) cacheLayout(m Module) paramLayout {
+	lay, err := ptxparam.Of(m.PTX, m.Entry)
+	l := paramLayout{size: lay.Size, err: err}
+	e.mu.Lock()
+	if _, loaded := e.modules[m.Handle]; loaded {
+		e.layouts[m.Handle] = l
+	}
+	e.mu.Unlock()
+	return l
+}
+
+// launchFailed reports a LAUNCH_GRID kernel's failure that err (from a
+// back-end operation) carries, if it does: a KERNEL fault at the latest
+// launch's ring offset (0 if no launch is known since the last reset),
+// and CUDA_ERROR_LAUNCH_FAILED on its stream. It returns whether err was
+// one; the caller goes on as if its operation had succeeded.
+func (e *Engine) launchFailed(err error) bool {
+	if !errors.Is(err, ErrLaunchFailed) {
+		return false
+	}
+	g := e.lastGrid
+	e.lastGrid = gridLaunch{}
+	f := Fault{Code: abi.ErrKernel, RingOffset: g.offset, Opcode: abi.OpLaunchGrid, Err: err}
+	e.mu.Lock()
+	e.noteStreamLocked(result{code: abi.ErrKernel, op: abi.OpLaunchGrid, cuda: abi.CudaErrorLaunchFailed, stream: g.stream})
+	e.mu.Unlock()
+	e.log.Warn().Err(err).Bool("launch_known", g.known).Uint32("ring_offset", g.offset).Uint32("stream", g.stream).
+		Msg("engine: a LAUNCH_GRID kernel failed")
+	e.cfg.Events.Faulted(f)
+	return true
+}
+
+// sync is Backend.Sync that reports a launched kernel's failure the sync
+// finds (launchFailed); any other error is returned.
+func (e *Engine) sync() error {
+	err := e.cfg.Backend.Sync()
+	if err == nil {
+		e.unsynced = false
+	}
+	if err != nil && e.launchFailed(err) {
+		return nil
+	}
+	return err
+}
