@@ -26,6 +26,7 @@ var allCommands = []Command{
 	Launch{Handle: 9, Args: []uint64{1, 2, 3, 4, 5, 6, 7, 8}},
 	KernelLoadModule{Handle: 11, Args: 3, Image: 0x5000, Len: 1234},
 	LaunchParams{Handle: 11, Threads: 1 << 20, Params: 0x6000, Len: 40},
+	LaunchGrid{Handle: 12, Grid: Grid{X: 1 << 30, Y: 2, Z: 3, BlockX: 16, BlockY: 8, BlockZ: 4, SharedBytes: 4096}, Params: 0x7000, Len: 28},
 }
 
 func TestDecodeValid(t *testing.T) {
@@ -86,6 +87,9 @@ func TestDecodeMalformed(t *testing.T) {
 		{"kernel load size 8", header(abi.OpKernelLoad, 0, 8)},
 		{"kernel unload size 24", header(abi.OpKernelUnload, 0, 24)},
 		{"launch size 8", header(abi.OpLaunch, 0, 8)},
+		{"launch grid size 48", header(abi.OpLaunchGrid, 0, 48)},
+		{"launch grid size 64", header(abi.OpLaunchGrid, 0, 64)},
+		{"launch grid flags", header(abi.OpLaunchGrid, 1, 56)},
 		{"nop flags", header(abi.OpNop, 1, 8)},
 		{"copy flags", header(abi.OpCopy, 0x8000, 32)},
 		{"fence reserved flag", header(abi.OpFence, 4, 24)},

@@ -26,6 +26,9 @@ func FuzzExec(f *testing.F) {
 	f.Add(uint16(0), encode(Copy{Dst: tDataGA, Src: tUnmapped, Len: ^uint64(0)}))
 	f.Add(uint16(0), encode(DMA{ToGfx: true, GA: tDataGA, GPA: ^uint64(0) - 4095, Len: 8192}))
 	f.Add(uint16(0), bytes.Repeat([]byte{0xff}, 64))
+	f.Add(uint16(0), cat(encode(LaunchGrid{Handle: 1, Grid: Grid{X: 1, Y: 1, Z: 1, BlockX: 1, BlockY: 1, BlockZ: 1}, Params: tDataGA, Len: 28}),
+		encode(Fence{Value: 3})))
+	f.Add(uint16(40), encode(LaunchGrid{Handle: 2, Grid: Grid{X: 0, Y: 1 << 20, BlockX: 4096}, Params: ^uint64(0) - 7, Len: 4097}))
 
 	h := newHarness(f, 7, abi.RingMinSize)
 	// The host pages the vGPU may write: its mapped writable pages.

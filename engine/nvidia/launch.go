@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/gmig-dev/gmig/engine"
+	"github.com/gmig-dev/gmig/internal/cuda"
 )
 
 // LAUNCH_GRID on the NVIDIA back end (docs/device-abi.md §6.10,
@@ -56,4 +57,35 @@ func (b *NVIDIA) settleGrids() error {
 func (b *NVIDIA) syncAll() error {
 	gerr := b.settleGrids()
 	return errors.Join(gerr, b.writeBackAll())
+}
+
+// Device buffers outside graphics memory, at device addresses a
+// LAUNCH_GRID kernel reaches: what tests and tools give kernels until
+// device-local memory has device addresses on this back end. They use
+// the back end's stream, so call them with the engine idle (after a
+// FENCE, which waits for the kernels).
+
+// DeviceAlloc returns n bytes of device memory.
+func (b *NVIDIA) DeviceAlloc(n uint64) (uint64, error) {
+	p, err := b.dev.Alloc(n)
+	return uint64(p), err
+}
+
+// DeviceFree frees what DeviceAlloc returned.
+func (b *NVIDIA) DeviceFree(addr uint64) error { return b.dev.Free(cuda.DevPtr(addr)) }
+
+// DeviceWrite copies src to device address addr and waits for it.
+func (b *NVIDIA) DeviceWrite(addr uint64, src []byte) error {
+	if err := b.dev.CopyHtoD(cuda.DevPtr(addr), src, b.stream); err != nil {
+		return err
+	}
+	return b.dev.Sync(b.stream)
+}
+
+// DeviceRead copies len(dst) bytes at device address addr into dst.
+func (b *NVIDIA) DeviceRead(dst []byte, addr uint64) error {
+	if err := b.dev.CopyDtoH(dst, cuda.DevPtr(addr), b.stream); err != nil {
+		return err
+	}
+	return b.dev.Sync(b.stream)
 }
