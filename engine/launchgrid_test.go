@@ -144,7 +144,7 @@ func TestLaunchGridRefused(t *testing.T) {
 		{"grid z 0", with(func(c *LaunchGrid) { c.Grid.Z = 0 }), abi.ErrKernel, abi.CudaErrorInvalidValue},
 		{"block y 0", with(func(c *LaunchGrid) { c.Grid.BlockY = 0 }), abi.ErrKernel, abi.CudaErrorInvalidValue},
 		{"block of 2048 threads", with(func(c *LaunchGrid) { c.Grid.BlockX, c.Grid.BlockY, c.Grid.BlockZ = 32, 32, 2 }), abi.ErrKernel, abi.CudaErrorInvalidValue},
-		{"block product overflows 32 bits", with(func(c *LaunchGrid) { c.Grid.BlockX, c.Grid.BlockY, c.Grid.BlockZ = 1 << 16, 1 << 16, 1 }), abi.ErrKernel, abi.CudaErrorInvalidValue},
+		{"block product overflows 32 bits", with(func(c *LaunchGrid) { c.Grid.BlockX, c.Grid.BlockY, c.Grid.BlockZ = 1<<16, 1<<16, 1 }), abi.ErrKernel, abi.CudaErrorInvalidValue},
 		{"grid x 2^31", with(func(c *LaunchGrid) { c.Grid.X = 1 << 31 }), abi.ErrKernel, abi.CudaErrorInvalidValue},
 		{"grid y 65536", with(func(c *LaunchGrid) { c.Grid.Y = 65536 }), abi.ErrKernel, abi.CudaErrorInvalidValue},
 		{"grid z 65536", with(func(c *LaunchGrid) { c.Grid.Z = 65536 }), abi.ErrKernel, abi.CudaErrorInvalidValue},
