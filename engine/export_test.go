@@ -22,6 +22,19 @@ func RunEngineModel(t *testing.T, newB NewBackend) { runEngineModel(t, withBacke
 // modules and have a device address space (MirrorBase, Close).
 func RunGuestModule(t *testing.T, newB NewBackend) { runGuestModule(t, withBackend(newB)) }
 
+// RunLaunchGrid is runLaunchGrid on newB's back end, which must run guest
+// modules and give device buffers (DeviceAlloc...): the kernels' outputs
+// by name.
+func RunLaunchGrid(t *testing.T, newB NewBackend, seed uint64) map[string][]byte {
+	return runLaunchGrid(t, withBackend(newB), seed)
+}
+
+// RunLaunchGridFault is runLaunchGridFault on newB's back end.
+func RunLaunchGridFault(t *testing.T, newB NewBackend) { runLaunchGridFault(t, withBackend(newB)) }
+
+// BenchLaunchGrid is benchLaunchGrid on newB's back end.
+func BenchLaunchGrid(b *testing.B, newB NewBackend) { benchLaunchGrid(b, withBackend(newB)) }
+
 // withBackend runs a harness on newB's back end over its pool.
 func withBackend(newB NewBackend) harnessOpt {
 	return func(h *harness, c *Config) { c.Backend = newB(h.t, h.pool) }

@@ -8,6 +8,7 @@ package engine_test
 // kernels.ptx to use instead of the embedded one.
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -58,3 +59,18 @@ func TestNVIDIAEngineModel(t *testing.T) { engine.RunEngineModel(t, onNVIDIA(tes
 
 // TestNVIDIAGuestModule: guest modules on the GPU, with real PTX.
 func TestNVIDIAGuestModule(t *testing.T) { engine.RunGuestModule(t, onNVIDIA(testGPU(t), true)) }
+
+// TestNVIDIALaunchGrid: kernels13.ptx's kernels through LAUNCH_GRID on the
+// GPU, results as Go computes them and bit for bit the CUDA model's.
+func TestNVIDIALaunchGrid(t *testing.T) {
+	gpu := engine.RunLaunchGrid(t, onNVIDIA(testGPU(t), true), 1)
+	model := engine.RunLaunchGrid(t, onNVIDIA(nvidia.NewModelGPU(), true), 1)
+	for name, want := range model {
+		if !bytes.Equal(gpu[name], want) {
+			t.Errorf("%s: the GPU's output differs from the model's", name)
+		}
+	}
+	if len(gpu) != len(model) || len(gpu) != 3 {
+		t.Errorf("outputs of %d kernels on the GPU, %d on the model; want 3", len(gpu), len(model))
+	}
+}

@@ -63,3 +63,21 @@ func TestNVIDIAModelEngine(t *testing.T) {
 func TestNVIDIAModelGuestModule(t *testing.T) {
 	engine.RunGuestModule(t, onNVIDIA(nvidia.NewModelGPU(), true))
 }
+
+// TestNVIDIAModelLaunchGrid: LAUNCH_GRID of kernels13.ptx's kernels on the
+// CUDA model, results as Go computes them.
+func TestNVIDIAModelLaunchGrid(t *testing.T) {
+	engine.RunLaunchGrid(t, onNVIDIA(nvidia.NewModelGPU(), true), 1)
+}
+
+// TestNVIDIAModelLaunchGridFault: a kernel that faults on the model is
+// reported at the next fence against its launch.
+func TestNVIDIAModelLaunchGridFault(t *testing.T) {
+	engine.RunLaunchGridFault(t, onNVIDIA(nvidia.NewModelGPU(), true))
+}
+
+// BenchmarkNVIDIAModelLaunchGrid: the engine's cost per LAUNCH_GRID (ring
+// fetch, checks, parameter buffer, back end) on the CUDA model.
+func BenchmarkNVIDIAModelLaunchGrid(b *testing.B) {
+	engine.BenchLaunchGrid(b, onNVIDIA(nvidia.NewModelGPU(), true))
+}

@@ -2,6 +2,7 @@ package ptxparam
 
 import (
 	"errors"
+	"os"
 	"reflect"
 	"testing"
 )
@@ -69,6 +70,39 @@ func TestRefusals(t *testing.T) {
 	} {
 		if _, err := Of([]byte(c.src), c.entry); !errors.Is(err, ErrPTX) {
 			t.Errorf("Of(%q, %s) = %v, want ErrPTX", c.src, c.entry, err)
+		}
+	}
+}
+
+// TestKernels13: the ABI 1.3 test kernels' PTX (docs/device-abi.md §6.10)
+// has the layouts the guest programs build: vecAdd and matMulTiled u64,
+// u64, u64, u32 (28 bytes); scaleAdd u64, u64, f32, u32 (24); empty none.
+func TestKernels13(t *testing.T) {
+	src, err := os.ReadFile("../nvidia/testdata/kernels13.ptx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		entry   string
+		offsets []uint32
+		sizes   []uint32
+		size    uint32
+	}{
+		{"vecAdd", []uint32{0, 8, 16, 24}, []uint32{8, 8, 8, 4}, 28},
+		{"scaleAdd", []uint32{0, 8, 16, 20}, []uint32{8, 8, 4, 4}, 24},
+		{"matMulTiled", []uint32{0, 8, 16, 24}, []uint32{8, 8, 8, 4}, 28},
+		{"empty", nil, nil, 0},
+	} {
+		l, err := Of(src, c.entry)
+		if err != nil {
+			t.Fatalf("%s: %v", c.entry, err)
+		}
+		var offs, sizes []uint32
+		for _, p := range l.Params {
+			offs, sizes = append(offs, p.Offset), append(sizes, p.Size)
+		}
+		if l.Size != c.size || !reflect.DeepEqual(offs, c.offsets) || !reflect.DeepEqual(sizes, c.sizes) {
+			t.Errorf("%s: %+v, want offsets %v sizes %v, %d bytes", c.entry, l, c.offsets, c.sizes, c.size)
 		}
 	}
 }
