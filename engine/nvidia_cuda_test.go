@@ -74,3 +74,9 @@ func TestNVIDIALaunchGrid(t *testing.T) {
 		t.Errorf("outputs of %d kernels on the GPU, %d on the model; want 3", len(gpu), len(model))
 	}
 }
+
+// BenchmarkNVIDIALaunchGrid: the cost per LAUNCH_GRID of the empty kernel
+// through the engine on the GPU (batches of 1000 and a fence).
+func BenchmarkNVIDIALaunchGrid(b *testing.B) {
+	engine.BenchLaunchGrid(b, onNVIDIA(testGPU(b), true))
+}
