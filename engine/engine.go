@@ -114,6 +114,7 @@ type Engine struct {
 	// Owned by the engine goroutine.
 	cmd      [abi.CmdMaxSize]byte
 	stage    []byte                    // DMA staging
+	xs       []gtt.Extent              // scratchResolve's extents
 	params   [abi.LaunchParamsMax]byte // a LAUNCH_GRID's parameter buffer
 	lastGrid gridLaunch                // the latest LAUNCH_GRID (launchgrid.go)
 	unsynced bool                      // a command wrote graphics memory since the last Backend.Sync

@@ -36,24 +36,29 @@ type fakePTE struct {
 }
 
 func (g *fakeGTT) Resolve(ga, n uint64, write bool) ([]gtt.Extent, error) {
+	return g.AppendResolve(nil, ga, n, write)
+}
+
+// AppendResolve is Resolve appending to dst, as gtt.Table's.
+func (g *fakeGTT) AppendResolve(dst []gtt.Extent, ga, n uint64, write bool) ([]gtt.Extent, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if ga+n < ga {
-		return nil, errors.New("fakeGTT: range overflows")
+		return dst, errors.New("fakeGTT: range overflows")
 	}
-	var xs []gtt.Extent
+	xs, start := dst, len(dst)
 	for off := ga; off < ga+n; {
 		page, in := off>>abi.PageShift, off&(abi.PageSize-1)
 		l := min(abi.PageSize-in, ga+n-off)
 		pte, ok := g.pages[page]
 		if !ok {
-			return nil, fmt.Errorf("fakeGTT: page %#x unmapped", page)
+			return dst, fmt.Errorf("fakeGTT: page %#x unmapped", page)
 		}
 		if write && !pte.writable {
-			return nil, fmt.Errorf("fakeGTT: page %#x read-only", page)
+			return dst, fmt.Errorf("fakeGTT: page %#x read-only", page)
 		}
 		ho := pte.host<<abi.PageShift + in
-		if k := len(xs); k > 0 && xs[k-1].Off+xs[k-1].Len == ho {
+		if k := len(xs); k > start && xs[k-1].Off+xs[k-1].Len == ho {
 			xs[k-1].Len += l
 		} else {
 			xs = append(xs, gtt.Extent{Off: ho, Len: l})

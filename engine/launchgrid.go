@@ -104,7 +104,7 @@ func (e *Engine) execLaunchGrid(c LaunchGrid) result {
 	}
 	params := e.params[:c.Len]
 	if c.Len > 0 {
-		xs, err := e.resolve(c.Params, uint64(c.Len), false)
+		xs, err := e.scratchResolve(c.Params, uint64(c.Len))
 		if err != nil {
 			return fail(abi.ErrPageFault, err)
 		}
