@@ -11,7 +11,10 @@
 //
 // Guest modules (module.go, docs/device-abi.md §6.8) are kernel objects
 // the engine owns and a back end that can run guest code loads; the
-// software back end refuses them (ErrNoModules).
+// software back end refuses them (ErrNoModules). LAUNCH_GRID
+// (launchgrid.go, §6.10) launches one on a grid with a parameter buffer,
+// asynchronously: a kernel's failure comes back from a later back-end
+// call wrapping ErrLaunchFailed and is reported against the launch.
 //
 // One goroutine owns execution (engine.go). Doorbells, quiesce/resume and
 // stop reach it through channels it selects on; register reads are served
