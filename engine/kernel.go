@@ -53,7 +53,7 @@ func (e *Engine) execKernelUnload(c KernelUnload) result {
 		return kernelFail("unload of unknown handle %d", c.Handle)
 	}
 	if kind == abi.KernelModule {
-		if err := e.cfg.Backend.UnloadModule(c.Handle); err != nil {
+		if err := e.cfg.Backend.UnloadModule(c.Handle); err != nil && !e.launchFailed(err) {
 			e.log.Warn().Err(err).Uint32("handle", c.Handle).Msg("engine: unloading a guest module")
 		}
 	}

@@ -191,7 +191,8 @@ func checkGridOut(t testing.TB, name string, got, want []byte) {
 // runLaunchGridFault launches vecAdd onto a device address outside every
 // allocation: the launch retires, the FENCE's sync finds the failure and
 // reports it as a KERNEL fault at the launch's ring offset with
-// CUDA_ERROR_LAUNCH_FAILED on its stream; then the vGPU goes on. Only for
+// CUDA_ERROR_LAUNCH_FAILED on its stream; then the vGPU goes on, and a
+// KERNEL_UNLOAD after another such launch finds it the same way. Only for
 // back ends whose device survives a faulting kernel (the CUDA model; on a
 // real GPU the context is lost).
 func runLaunchGridFault(t *testing.T, opt harnessOpt) {
@@ -217,6 +218,20 @@ func runLaunchGridFault(t *testing.T, opt harnessOpt) {
 		t.Errorf("FENCE_DONE %d, want 5", r.FenceDone)
 	}
 	launchOK(t, h, "empty", grid1, nil)
+
+	// Unloading a module waits for its queued kernels: the failure is
+	// reported then, against the launch.
+	h.write(tGridParams, gridParams([]uint64{0x10, 0x10, 0x10}, 8))
+	off = h.pushOn(8, LaunchGrid{Handle: gridHandles["vecAdd"], Grid: grid1, Params: tGridParams, Len: 28})
+	h.pushOn(9, KernelUnload{Handle: gridHandles["vecAdd"]})
+	h.doorbell()
+	h.wait()
+	if f := h.ev.takeFaults(); len(f) != 1 || f[0].Opcode != abi.OpLaunchGrid || f[0].RingOffset != off {
+		t.Fatalf("unload after a faulting launch: faults %+v, want the launch's at %d", f, off)
+	}
+	if code, _ := h.e.Stream(8); code != abi.CudaErrorLaunchFailed {
+		t.Errorf("stream 8 code %d, want %d", code, abi.CudaErrorLaunchFailed)
+	}
 }
 
 // benchLaunchGrid measures LAUNCH_GRID of the empty kernel through the

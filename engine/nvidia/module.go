@@ -1,6 +1,7 @@
 package nvidia
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 
@@ -86,7 +87,8 @@ func (b *NVIDIA) UnloadModule(handle uint32) error {
 		return fmt.Errorf("%w: no module %d in the back end", engine.ErrBadKernel, handle)
 	}
 	delete(b.mods.byHandle, handle)
-	return b.dev.UnloadModule(m.mod)
+	// Its LAUNCH_GRID kernels may still be queued: they finish first.
+	return errors.Join(b.settleGrids(), b.dev.UnloadModule(m.mod))
 }
 
 // maxModuleThreads bounds a guest launch (a 1-D grid of 2^31-1 blocks is

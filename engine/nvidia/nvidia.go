@@ -157,6 +157,7 @@ func (b *NVIDIA) Close() error {
 			errs = append(errs, err)
 		}
 	}
+	keep(b.settleGrids())
 	if b.mods != nil {
 		for h := range b.mods.byHandle {
 			keep(b.UnloadModule(h))
