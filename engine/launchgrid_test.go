@@ -2,24 +2,22 @@ package engine
 
 import (
 	"bytes"
+	_ "embed"
 	"errors"
-	"os"
 	"strings"
 	"testing"
 
 	"github.com/gmig-dev/gmig/abi"
 )
 
-// kernels13 is the LAUNCH_GRID test kernels' PTX (docs/device-abi.md
-// §6.10), which the CUDA model and the guest programs know by entry name.
-func kernels13(t testing.TB) []byte {
-	t.Helper()
-	ptx, err := os.ReadFile("nvidia/testdata/kernels13.ptx")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ptx
-}
+// kernels13PTX is the LAUNCH_GRID test kernels' PTX (docs/device-abi.md
+// §6.10), which the CUDA model and the guest programs know by entry name;
+// embedded, so that a test binary runs from any directory.
+//
+//go:embed nvidia/testdata/kernels13.ptx
+var kernels13PTX []byte
+
+func kernels13(testing.TB) []byte { return kernels13PTX }
 
 // gridCall is one LaunchGrid that reached a back end.
 type gridCall struct {
