@@ -196,7 +196,7 @@ static const char kernels_ptx[] =
 // (set by main before anything else).
 static const char *prog = "cuda";
 
-static const char *cu_name(CUresult r) {
+static inline const char *cu_name(CUresult r) {
 	const char *s = 0;
 	if (cuGetErrorName(r, &s) != CUDA_SUCCESS || !s) {
 		return "CUDA_ERROR_UNKNOWN";
@@ -219,7 +219,7 @@ static const char *cu_name(CUresult r) {
 // FNV-1a, 64 bits, continuing from h (fnv_init to start).
 static const uint64_t fnv_init = 1469598103934665603ull;
 
-static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+static inline uint64_t fnv(uint64_t h, const void *p, size_t n) {
 	const unsigned char *b = p;
 	for (size_t i = 0; i < n; i++) {
 		h = (h ^ b[i]) * 1099511628211ull;
@@ -228,13 +228,13 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n) {
 }
 
 // seconds on the monotonic clock.
-static double now(void) {
+static inline double now(void) {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static void sleep_ms(int ms) {
+static inline void sleep_ms(int ms) {
 	if (ms > 0) {
 		struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
 		nanosleep(&ts, 0);
@@ -244,7 +244,7 @@ static void sleep_ms(int ms) {
 // fill_floats fills p[0..n) with values in [-8, 8) from a 32-bit LCG seeded
 // with seed (Numerical Recipes' constants): multiples of 2^-20, so sums and
 // products exercise rounding.
-static void fill_floats(float *p, size_t n, uint32_t seed) {
+static inline void fill_floats(float *p, size_t n, uint32_t seed) {
 	uint32_t s = seed * 2654435761u + 1;
 	for (size_t i = 0; i < n; i++) {
 		s = s * 1664525u + 1013904223u;
@@ -254,7 +254,7 @@ static void fill_floats(float *p, size_t n, uint32_t seed) {
 
 // setup initialises the driver, makes device 0's primary context current
 // and loads the kernels' module.
-static CUmodule setup(void) {
+static inline CUmodule setup(void) {
 	CUdevice dev;
 	CUcontext ctx;
 	CUmodule mod;

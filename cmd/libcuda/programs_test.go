@@ -1,0 +1,231 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/gmig-dev/gmig/abi"
+	"github.com/gmig-dev/gmig/internal/migtest"
+	"github.com/gmig-dev/gmig/vgpu"
+)
+
+// The evidence programs (testdata/*.c, docs/cuda.md "Programs").
+var programs = []string{"vecadd", "matmul", "streams", "launchrate", "copybw"}
+
+// buildPrograms compiles each of programs against NVIDIA's cuda.h (as
+// buildProbe does the probe), linked with libDir's libcuda.so.1, into
+// libDir; it skips the test, saying why, where that header is not there.
+func buildPrograms(t *testing.T, libDir string) map[string]string {
+	t.Helper()
+	inc := cudaInclude(t)
+	bins := map[string]string{}
+	for _, p := range programs {
+		bin := filepath.Join(libDir, p)
+		cmd := exec.Command("gcc", "-O2", "-Wall", "-Werror", "-I"+inc, "-o", bin,
+			filepath.Join("testdata", p+".c"), filepath.Join(libDir, "libcuda.so.1"))
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("building %s: %v\n%s", p, err, out)
+		}
+		bins[p] = bin
+	}
+	return bins
+}
+
+// cudaInclude is the directory of NVIDIA's cuda.h that provisioning keeps
+// (scripts/provision.sh: $GMIG_CACHE, or the repository's .cache); it
+// skips the test where there is none.
+func cudaInclude(t *testing.T) string {
+	t.Helper()
+	cache := os.Getenv("GMIG_CACHE")
+	if cache == "" {
+		cache = filepath.Join("..", "..", ".cache")
+	}
+	inc := filepath.Join(cache, "cuda", "include")
+	if _, err := os.Stat(filepath.Join(inc, "cuda.h")); err != nil {
+		t.Skipf("skipping: no NVIDIA cuda.h to build the programs against (%v; run `make provision`)", err)
+	}
+	return inc
+}
+
+// runProgram runs bin with args against the vGPU on socket, through
+// libDir's library, and returns what it printed and its exit status.
+func runProgram(t *testing.T, libDir, socket, bin string, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+libDir, "GMIG_CUDA_SOCKET="+socket)
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	switch {
+	case errors.As(err, &exit):
+		return string(out), exit.ExitCode()
+	case err != nil:
+		t.Fatalf("%s: %v\n%s", bin, err, out)
+	}
+	return string(out), 0
+}
+
+// withoutTimes drops the timing lines ("time: ...") a program prints:
+// what remains is the same on every run and every device.
+func withoutTimes(out string) string {
+	var keep []string
+	for _, l := range strings.SplitAfter(out, "\n") {
+		if !strings.HasPrefix(l, "time:") {
+			keep = append(keep, l)
+		}
+	}
+	return strings.Join(keep, "")
+}
+
+// TestProgramsOnSoftwareBackend runs the evidence programs against a vGPU
+// of the software back end, which runs no modules: each program that loads
+// its kernels stops at the module load with the documented error
+// (CUDA_ERROR_NOT_SUPPORTED, docs/cuda.md) and exits 1; copybw, which
+// launches nothing, runs to the end with its pinned rows skipped
+// (cuMemAllocHost is not supported) and every copy checked.
+func TestProgramsOnSoftwareBackend(t *testing.T) {
+	dir := buildLib(t)
+	bins := buildPrograms(t, dir)
+	s := migtest.ServeNew(t, migtest.NewPool(t, 32<<20), "progs", 16<<20)
+	for _, p := range []string{"vecadd", "matmul", "streams", "launchrate"} {
+		out, code := runProgram(t, dir, s.Path, bins[p])
+		want := p + ": FAIL cuModuleLoadData(&mod, kernels_ptx): CUDA_ERROR_NOT_SUPPORTED\n"
+		if code != 1 || !strings.Contains(out, want) {
+			t.Fatalf("%s exited %d, want 1 after %q:\n%s", p, code, want, out)
+		}
+	}
+	out, code := runProgram(t, dir, s.Path, bins["copybw"], "4", "2")
+	for _, want := range []string{
+		`(?m)^copybw: 4 MiB, 2 rounds$`,
+		`(?m)^time: HtoD pageable [0-9.]+ GB/s$`,
+		`(?m)^time: DtoH pageable [0-9.]+ GB/s$`,
+		`(?m)^copybw: cuMemAllocHost: CUDA_ERROR_NOT_SUPPORTED, pinned rows skipped$`,
+		`(?m)^copybw: ok$`,
+	} {
+		if !regexp.MustCompile(want).MatchString(out) {
+			t.Fatalf("copybw (exit %d) printed no %s:\n%s", code, want, out)
+		}
+	}
+	if code != 0 {
+		t.Fatalf("copybw exited %d:\n%s", code, out)
+	}
+}
+
+// TestProgramsOverSimulator runs every evidence program against a vGPU
+// served in this process on the CUDA back end's model of a GPU
+// (GMIG_CUDA_MODEL), with device-local memory and guest modules: the
+// kernels run (LAUNCH_GRID, ABI 1.3) and each program checks its results
+// against the CPU's to the bit; two runs print the same lines but for the
+// timing ones.
+func TestProgramsOverSimulator(t *testing.T) {
+	if abi.NumOps <= abi.OpLaunchGrid {
+		t.Skip("pending: the device does not run LAUNCH_GRID yet (abi.NumOps does not count opcode 11)")
+	}
+	migtest.UseCUDAModel(t)
+	dir := buildLib(t)
+	bins := buildPrograms(t, dir)
+	v, err := vgpu.New(vgpu.Config{Name: "progs", MemSize: 16 << 20, Backend: vgpu.BackendCUDA,
+		GuestModules: true, LocalMemSize: 64 << 20}, migtest.NewPool(t, 32<<20), migtest.Log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if caps := v.Spec().Caps; caps&abi.CapLaunchGrid == 0 {
+		v.Close()
+		t.Fatalf("CAPS %#x: no CapLaunchGrid on a cuda vGPU with local memory and guest modules", caps)
+	}
+	s := migtest.Serve(t, v)
+	for _, run := range []struct {
+		prog string
+		args []string
+		want []string // patterns of lines, besides "PROG: ok"
+	}{
+		{"vecadd", []string{"65536", "2"}, []string{`vecadd: n 65536`, `vecadd: iter 1 digest [0-9a-f]{16}`}},
+		{"matmul", []string{"64", "2"}, []string{`matmul: n 64`, `matmul: iter 1 digest [0-9a-f]{16}`}},
+		{"streams", []string{"3", "0", "4096"}, []string{`streams: iter 2 stream 3 digest [0-9a-f]{16}`,
+			`time: streams iter 2 stream 3 [0-9.]+ ms`, `streams: digest [0-9a-f]{16}`}},
+		{"launchrate", []string{"1000", "1"}, []string{`time: launches/s [0-9]+`}},
+		{"copybw", []string{"4", "1"}, []string{`time: HtoD pageable [0-9.]+ GB/s`}},
+	} {
+		t.Run(run.prog, func(t *testing.T) {
+			first, code := runProgram(t, dir, s.Path, bins[run.prog], run.args...)
+			if code != 0 {
+				t.Fatalf("%s exited %d:\n%s", run.prog, code, first)
+			}
+			for _, want := range append(run.want, run.prog+`: ok`) {
+				if !regexp.MustCompile(`(?m)^` + want + `$`).MatchString(first) {
+					t.Fatalf("%s printed no %s:\n%s", run.prog, want, first)
+				}
+			}
+			again, _ := runProgram(t, dir, s.Path, bins[run.prog], run.args...)
+			if a, b := withoutTimes(first), withoutTimes(again); a != b {
+				t.Fatalf("two runs of %s differ:\n%s\nthen:\n%s", run.prog, a, b)
+			}
+		})
+	}
+}
+
+// TestProgramsSharePTX checks that vecadd.py carries the C programs' PTX
+// module (cudaprog.h) unchanged, kernel for kernel.
+func TestProgramsSharePTX(t *testing.T) {
+	c := cModulePTX(t)
+	py := pyModulePTX(t)
+	if c != py {
+		t.Fatalf("testdata/vecadd.py's PTX differs from testdata/cudaprog.h's:\n%s\n---\n%s", py, c)
+	}
+	for _, entry := range []string{"vecAdd", "scaleAdd", "matMulTiled", "empty"} {
+		if !strings.Contains(c, ".visible .entry "+entry+"(") {
+			t.Fatalf("cudaprog.h's PTX has no entry %s", entry)
+		}
+	}
+	if strings.Contains(c, "fma") || strings.Contains(c, "mad.f32") || strings.Contains(c, "mad.rn") {
+		t.Fatal("the kernels' PTX fuses a multiply and an add: the CPU's float arithmetic would differ")
+	}
+}
+
+// cModulePTX is the text of kernels_ptx in testdata/cudaprog.h: one C
+// string literal per line, escapes \n, \t and \" only.
+func cModulePTX(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "cudaprog.h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := string(b)
+	start := strings.Index(src, "kernels_ptx[] =\n")
+	end := strings.Index(src[start:], ";\n")
+	if start < 0 || end < 0 {
+		t.Fatal("testdata/cudaprog.h: no kernels_ptx")
+	}
+	var ptx strings.Builder
+	lit := regexp.MustCompile(`(?m)^\t"(.*)"$`)
+	for _, m := range lit.FindAllStringSubmatch(src[start:start+end], -1) {
+		ptx.WriteString(strings.NewReplacer(`\n`, "\n", `\t`, "\t", `\"`, `"`).Replace(m[1]))
+	}
+	return ptx.String()
+}
+
+// pyModulePTX is the PTX in testdata/vecadd.py: the text between
+// `PTX = """\` and `"""`, with real tabs and newlines.
+func pyModulePTX(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "vecadd.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := string(b)
+	const open = "PTX = \"\"\"\\\n"
+	start := strings.Index(src, open)
+	if start < 0 {
+		t.Fatalf("testdata/vecadd.py: no %q", open)
+	}
+	rest := src[start+len(open):]
+	end := strings.Index(rest, `"""`)
+	if end < 0 {
+		t.Fatal("testdata/vecadd.py: PTX not closed")
+	}
+	return rest[:end]
+}
