@@ -216,8 +216,9 @@ static inline const char *cu_name(CUresult r) {
 		}                                                                 \
 	} while (0)
 
-// FNV-1a, 64 bits, continuing from h (fnv_init to start).
-static const uint64_t fnv_init = 1469598103934665603ull;
+// FNV-1a, 64 bits (offset basis and prime from the FNV specification),
+// continuing from h (fnv_init to start).
+static const uint64_t fnv_init = 14695981039346656037ull; // the offset basis
 
 static inline uint64_t fnv(uint64_t h, const void *p, size_t n) {
 	const unsigned char *b = p;

@@ -224,7 +224,7 @@ def fnv(h, data):
     return h
 
 
-FNV_INIT = 1469598103934665603
+FNV_INIT = 14695981039346656037  # the offset basis
 
 
 def main(argv):
