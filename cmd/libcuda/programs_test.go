@@ -71,12 +71,32 @@ func runProgram(t *testing.T, libDir, socket, bin string, args ...string) (strin
 	return string(out), 0
 }
 
-// withoutTimes drops the timing lines ("time: ...") a program prints:
-// what remains is the same on every run and every device.
-func withoutTimes(out string) string {
+// runVecaddPy runs testdata/vecadd.py with args as runProgram runs a
+// program, on the stand-in for cuda-python's driver bindings in
+// testdata/fakebindings (the same calls over ctypes), so it reaches the
+// same libcuda.so.1; it skips the test where there is no python3.
+func runVecaddPy(t *testing.T, libDir, socket string, args ...string) (string, int) {
+	t.Helper()
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("skipping: no python3 for vecadd.py")
+	}
+	fake, err := filepath.Abs(filepath.Join("testdata", "fakebindings"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PYTHONPATH", fake)
+	t.Setenv("PYTHONDONTWRITEBYTECODE", "1")
+	return runProgram(t, libDir, socket, py, append([]string{filepath.Join("testdata", "vecadd.py")}, args...)...)
+}
+
+// linesOf is the lines of out that program prog printed itself (they
+// begin with "PROG: "): without the library's log lines and the timing
+// lines ("time: ..."), so the same on every run and every device.
+func linesOf(prog, out string) string {
 	var keep []string
 	for _, l := range strings.SplitAfter(out, "\n") {
-		if !strings.HasPrefix(l, "time:") {
+		if strings.HasPrefix(l, prog+": ") {
 			keep = append(keep, l)
 		}
 	}
@@ -88,7 +108,8 @@ func withoutTimes(out string) string {
 // its kernels stops at the module load with the documented error
 // (CUDA_ERROR_NOT_SUPPORTED, docs/cuda.md) and exits 1; copybw, which
 // launches nothing, runs to the end with its pinned rows skipped
-// (cuMemAllocHost is not supported) and every copy checked.
+// (cuMemAllocHost is not supported) and every copy checked. vecadd.py
+// stops where vecadd does and prints the same.
 func TestProgramsOnSoftwareBackend(t *testing.T) {
 	dir := buildLib(t)
 	bins := buildPrograms(t, dir)
@@ -99,6 +120,11 @@ func TestProgramsOnSoftwareBackend(t *testing.T) {
 		if code != 1 || !strings.Contains(out, want) {
 			t.Fatalf("%s exited %d, want 1 after %q:\n%s", p, code, want, out)
 		}
+	}
+	// vecadd.py stops where vecadd does, saying the same.
+	c, _ := runProgram(t, dir, s.Path, bins["vecadd"], "4096")
+	if py, code := runVecaddPy(t, dir, s.Path, "4096"); code != 1 || linesOf("vecadd", py) != linesOf("vecadd", c) {
+		t.Fatalf("vecadd.py exited %d printing:\n%s\nvecadd printed:\n%s", code, py, c)
 	}
 	out, code := runProgram(t, dir, s.Path, bins["copybw"], "4", "2")
 	for _, want := range []string{
@@ -163,7 +189,7 @@ func TestProgramsOverSimulator(t *testing.T) {
 				}
 			}
 			again, _ := runProgram(t, dir, s.Path, bins[run.prog], run.args...)
-			if a, b := withoutTimes(first), withoutTimes(again); a != b {
+			if a, b := linesOf(run.prog, first), linesOf(run.prog, again); a != b {
 				t.Fatalf("two runs of %s differ:\n%s\nthen:\n%s", run.prog, a, b)
 			}
 		})
@@ -236,8 +262,9 @@ func pyModulePTX(t *testing.T) string {
 // testdata/fakecuda.c, a stand-in libcuda.so.1 that plays the kernels in C
 // at once, in call order: every program ends ok (its CPU reference agrees
 // with the kernels as the contract defines them), vecadd's digests are
-// the ones Go computes for the same inputs, and copybw fills its pinned
-// rows where cuMemAllocHost succeeds.
+// the ones Go computes for the same inputs and vecadd.py prints what
+// vecadd prints, and copybw fills its pinned rows where cuMemAllocHost
+// succeeds.
 func TestProgramsOnFakeDriver(t *testing.T) {
 	if _, err := exec.LookPath("gcc"); err != nil {
 		t.Skip("no C compiler")
@@ -264,7 +291,7 @@ func TestProgramsOnFakeDriver(t *testing.T) {
 		if code != 0 || !strings.HasSuffix(out, run.prog+": ok\n") {
 			t.Fatalf("%s %v exited %d:\n%s", run.prog, run.args, code, out)
 		}
-		if again, _ := runProgram(t, dir, "", bins[run.prog], run.args...); withoutTimes(again) != withoutTimes(out) {
+		if again, _ := runProgram(t, dir, "", bins[run.prog], run.args...); linesOf(run.prog, again) != linesOf(run.prog, out) {
 			t.Fatalf("two runs of %s differ:\n%s\nthen:\n%s", run.prog, out, again)
 		}
 		switch run.prog {
@@ -279,6 +306,9 @@ func TestProgramsOnFakeDriver(t *testing.T) {
 				if !strings.Contains(out, want) {
 					t.Fatalf("vecadd printed no %q:\n%s", want, out)
 				}
+			}
+			if py, code := runVecaddPy(t, dir, "", run.args...); code != 0 || linesOf("vecadd", py) != linesOf("vecadd", out) {
+				t.Fatalf("vecadd.py exited %d printing:\n%s\nvecadd printed:\n%s", code, py, out)
 			}
 		case "copybw":
 			if !strings.Contains(out, "time: HtoD pinned ") {
