@@ -221,3 +221,24 @@ func startCUDAVM(t *testing.T, d *cluster.Daemon, req hostd.StartVMRequest) {
 			d.Name, req.Name, resp.Status, msg)
 	}
 }
+
+// TestProgramLinesJoinsConsoles checks programLines on a migrated VM's two
+// console logs: a line the guest began on the source and ended on the
+// destination comes back whole, gmigd's markers, gmig-guest's own lines,
+// other programs' lines and timing lines do not.
+func TestProgramLinesJoinsConsoles(t *testing.T) {
+	dir := t.TempDir()
+	src, dst := filepath.Join(dir, "a.log"), filepath.Join(dir, "b.log")
+	for path, text := range map[string]string{
+		src: hostd.ConsoleMarker + " VM vm: QEMU started\ngmig: cuda: running /usr/bin/cuda-x\r\ngmig: x: iter 0 digest 01\r\ngmig: x: it",
+		dst: hostd.ConsoleMarker + " VM vm: QEMU waiting for an incoming migration\ner 1 digest 02\r\ngmig: time: x 3 ms\r\ngmig: y: 1\r\ngmig: x: ok\r\ngmig: cuda exit 0\r\n",
+	} {
+		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := strings.Join(programLines(t, "x", src, dst), "|")
+	if want := "x: iter 0 digest 01|x: iter 1 digest 02|x: ok"; got != want {
+		t.Fatalf("programLines: %q, want %q", got, want)
+	}
+}
