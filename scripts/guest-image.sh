@@ -4,9 +4,10 @@
 # uio_pci_generic for INTx; vfio, vfio_iommu_type1, vfio-pci and
 # virtio-iommu for MSI; with what they depend on) and a modules.dep for
 # them, taken from the kernel's own; and the guest's libcuda.so.1
-# (cmd/libcuda, built with cgo) with the CUDA probe program
-# (cmd/libcuda/testdata/probe.c built against NVIDIA's cuda.h from
-# provision.sh, /usr/bin/cuda-probe) and the root's glibc
+# (cmd/libcuda, built with cgo) with the CUDA probe and evidence programs
+# (cmd/libcuda/testdata/{probe,vecadd,matmul,streams,launchrate,copybw}.c
+# built against NVIDIA's cuda.h from provision.sh, /usr/bin/cuda-probe,
+# /usr/bin/cuda-vecadd, ...) and the root's glibc
 # loader and libraries they need, which gmig.cuda=... runs (docs/cuda.md).
 # Needs the root from provision.sh (for the kernel's modules and glibc). Output: .cache/guest/initramfs.cpio. Rebuilding
 # starts from an empty stage, so running it again gives the same image.
@@ -23,16 +24,22 @@ t0=$SECONDS
 rm -rf "$stage"
 mkdir -p "$stage/lib/modules/gmig" "$stage/proc" "$stage/sys" "$stage/dev"
 (cd "$top" && CGO_ENABLED=0 GOTOOLCHAIN=auto go build -trimpath -ldflags=-s -o "$stage/init" ./cmd/gmig-guest)
-# The CUDA library, its probe and what they link (their NEEDED entries,
-# from the root's glibc, whose loader the probe names as its interpreter).
+# The CUDA library, its programs and what they link (their NEEDED entries,
+# from the root's glibc, whose loader the programs name as their interpreter).
 libdir=$stage/usr/lib/x86_64-linux-gnu
 mkdir -p "$libdir" "$stage/lib/x86_64-linux-gnu" "$stage/lib64" "$stage/usr/bin"
 (cd "$top" && CGO_ENABLED=1 GOTOOLCHAIN=auto go build -trimpath -buildmode=c-shared \
 	-ldflags="-s -extldflags=-Wl,-soname,libcuda.so.1" -o "$libdir/libcuda.so.1" ./cmd/libcuda)
 rm -f "$libdir/libcuda.so.h"
-gcc -O2 -I"$cache/cuda/include" -o "$stage/usr/bin/cuda-probe" "$top/cmd/libcuda/testdata/probe.c" "$libdir/libcuda.so.1"
+# The evidence programs (docs/cuda.md, "Programs") beside the probe, as
+# /usr/bin/cuda-NAME.
+bins=()
+for p in probe vecadd matmul streams launchrate copybw; do
+	bins+=("$stage/usr/bin/cuda-$p")
+	gcc -O2 -I"$cache/cuda/include" -o "$stage/usr/bin/cuda-$p" "$top/cmd/libcuda/testdata/$p.c" "$libdir/libcuda.so.1"
+done
 cp -L "$root/lib64/ld-linux-x86-64.so.2" "$stage/lib64/"
-for lib in $(readelf -d "$libdir/libcuda.so.1" "$stage/usr/bin/cuda-probe" | sed -nE 's/.*\(NEEDED\).*\[(.*)\]/\1/p' | sort -u); do
+for lib in $(readelf -d "$libdir/libcuda.so.1" "${bins[@]}" | sed -nE 's/.*\(NEEDED\).*\[(.*)\]/\1/p' | sort -u); do
 	[ "$lib" = libcuda.so.1 ] && continue
 	cp -L "$root/lib/x86_64-linux-gnu/$lib" "$stage/lib/x86_64-linux-gnu/" || {
 		echo "guest-image: $lib not in $root/lib/x86_64-linux-gnu" >&2

@@ -60,7 +60,9 @@ type pair struct {
 	dir      string
 	bin      string
 	insecure bool // -insecure-migrations instead of mutual TLS
-	d        [2]*cluster.Daemon
+	// extra, if set, gives daemon i's own serve flags (its GPU).
+	extra func(i int) []string
+	d     [2]*cluster.Daemon
 }
 
 func newPair(t *testing.T, ctx context.Context, e env) *pair { return newPairTLS(t, ctx, e, true) }
@@ -69,11 +71,18 @@ func newPair(t *testing.T, ctx context.Context, e env) *pair { return newPairTLS
 // (-insecure-migrations, plain TCP).
 func newPairTLS(t *testing.T, ctx context.Context, e env, withTLS bool) *pair {
 	t.Helper()
+	return newPairWith(t, ctx, e, withTLS, nil)
+}
+
+// newPairWith starts two daemons as newPairTLS does, daemon i with the
+// serve flags extra(i) besides (extra may be nil).
+func newPairWith(t *testing.T, ctx context.Context, e env, withTLS bool, extra func(i int) []string) *pair {
+	t.Helper()
 	bin, err := gmigdBinary()
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &pair{t: t, e: e, dir: t.TempDir(), bin: bin, insecure: !withTLS}
+	p := &pair{t: t, e: e, dir: t.TempDir(), bin: bin, insecure: !withTLS, extra: extra}
 	for i := range p.d {
 		p.start(ctx, i)
 	}
@@ -93,7 +102,12 @@ func newPairTLS(t *testing.T, ctx context.Context, e env, withTLS bool) *pair {
 func (p *pair) start(ctx context.Context, i int) {
 	p.t.Helper()
 	name := string(rune('a' + i))
-	d, err := cluster.Start(ctx, p.dir, name, cluster.Options{Binary: p.bin, QEMURoot: string(p.e.root), Pool: "128M", LogLevel: "info", Insecure: p.insecure})
+	var extra []string
+	if p.extra != nil {
+		extra = p.extra(i)
+	}
+	d, err := cluster.Start(ctx, p.dir, name, cluster.Options{Binary: p.bin, QEMURoot: string(p.e.root), Pool: "128M", LogLevel: "info",
+		Insecure: p.insecure, Extra: extra})
 	if err != nil {
 		p.t.Fatal(err)
 	}
