@@ -1,0 +1,112 @@
+package orchestrator
+
+import (
+	"context"
+	"fmt"
+	"io"
+	mrand "math/rand/v2"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/gmig-dev/gmig/internal/migtest"
+	"github.com/gmig-dev/gmig/precopy"
+	"github.com/gmig-dev/gmig/vgpu"
+)
+
+// BenchmarkStopEfficiency is the stop phase's efficiency on N streams:
+// a stop-and-copy stop phase of a 256 MiB vGPU whose every page is random
+// (every page hashed by the final scan and sent in the downtime), source
+// and destination in this process over loopback TCP, beside the loopback
+// rate of the same N streams (MeasureLink, the limit's link term) measured
+// right after it in the same run. It reports the stop phase's rate
+// (stream bytes over Stop's wall time), the link's and their ratio
+// (efficiency; issue 16's target is 0.8 on 8 streams):
+//
+//	go test -run '^$' -bench StopEfficiency -benchtime 10x ./orchestrator/
+//
+// GOMAXPROCS decides the scan's workers (precopy.Options.Workers) and so
+// whether the stop phase is pipelined (precopy.PipelineMinWorkers), as in
+// gmigd.
+func BenchmarkStopEfficiency(b *testing.B) {
+	const mem = 256 << 20
+	pa, pb := migtest.NewPool(b, mem+(1<<20)), migtest.NewPool(b, mem+(1<<20))
+	src := migtest.NewVGPU(b, pa, "src", mem)
+	rng := mrand.New(mrand.NewPCG(1, 2))
+	m := src.Memory()
+	for i := 0; i < len(m); i += 8 {
+		m[i] = byte(rng.Uint32())
+	}
+	dst := migtest.NewVGPU(b, pb, "dst", mem)
+	chunk := make([]byte, 1<<20)
+	copy(chunk, m)
+	for _, n := range []int{1, 2, 4, 8} {
+		b.Run(fmt.Sprintf("streams=%d", n), func(b *testing.B) {
+			b.SetBytes(mem)
+			var bytes uint64
+			var took time.Duration
+			for b.Loop() {
+				b.StopTimer()
+				s, recv := stopCopyPair(b, src, dst, n)
+				b.StartTimer()
+				t := time.Now()
+				rep, err := s.Stop(context.Background())
+				d := time.Since(t)
+				b.StopTimer()
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := <-recv; err != nil {
+					b.Fatal(err)
+				}
+				bytes += rep.Stop.Bytes
+				took += d
+				s.Close()
+				src.Resume()
+				b.StartTimer()
+			}
+			b.StopTimer()
+			link, err := MeasureLink(context.Background(), TCP{}, n, chunk, linkBytes)
+			if err != nil {
+				b.Fatal(err)
+			}
+			stop := float64(bytes) / took.Seconds()
+			b.ReportMetric(stop/1e9, "stop_GB/s")
+			b.ReportMetric(link/1e9, "link_GB/s")
+			b.ReportMetric(stop/link, "efficiency")
+		})
+	}
+}
+
+// stopCopyPair starts a stop-and-copy migration from src to dst on n
+// loopback TCP streams and runs its (empty) pre-copy: what is left is
+// Stop. The receiver's error comes on the channel.
+func stopCopyPair(b *testing.B, src, dst *vgpu.VGPU, n int) (*precopy.Source, <-chan error) {
+	b.Helper()
+	ctx := context.Background()
+	a, c := migtest.TCPPair(b)
+	conns := make([]io.ReadWriter, n-1)
+	next := make(chan net.Conn, n)
+	for i := range conns {
+		x, y := migtest.TCPPair(b)
+		conns[i] = x
+		next <- y
+	}
+	recv := make(chan error, 1)
+	go func() {
+		_, err := precopy.Receive(ctx, c, dst, precopy.Options{Log: migtest.Log, Streams: n,
+			NextStream: func(context.Context) (io.Reader, error) { return <-next, nil }})
+		recv <- err
+	}()
+	s, err := precopy.NewSource(src, a, precopy.Options{Strategy: precopy.StopCopy, Streams: n, Log: migtest.Log})
+	if err == nil {
+		err = s.AddStreams(conns...)
+	}
+	if err == nil {
+		err = s.Precopy(ctx)
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s, recv
+}
