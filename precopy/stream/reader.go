@@ -71,8 +71,12 @@ type Reader struct {
 	err      error
 	scratch  [RecordHeaderSize]byte // frame headers, CRCs, record headers, Shard payloads
 	par      *parallel              // SetWorkers: the parallel PageBatch path
-	version  uint16                 // the stream header's
 	claim    func(page uint32) bool // SetClaim
+
+	raw      io.Reader     // what br reads: pages are read from it directly (readInto)
+	headBuf  []byte        // a PageBatch's record headers
+	recs     []batchRecord // and the records they make
+	pageBufs [][]byte      // a chunk of pages being read
 }
 
 // NewReader reads and checks the stream header from r. It reads through a
@@ -83,7 +87,7 @@ func NewReader(r io.Reader, lim Limits) (*Reader, error) {
 	if err != nil {
 		return nil, err
 	}
-	rd := &Reader{br: bufio.NewReaderSize(r, readBufferSize), lim: lim}
+	rd := &Reader{br: bufio.NewReaderSize(r, readBufferSize), lim: lim, raw: r}
 	var h [HeaderSize]byte
 	if err := rd.readFull(h[:]); err != nil {
 		return nil, fmt.Errorf("stream: reading stream header: %w", err)
@@ -91,9 +95,11 @@ func NewReader(r io.Reader, lim Limits) (*Reader, error) {
 	if string(h[:len(Magic)]) != Magic {
 		return nil, fmt.Errorf("%w: %q", ErrMagic, h[:len(Magic)])
 	}
-	rd.version = le.Uint16(h[8:])
-	if rd.version != Version && rd.version != Version2 {
-		return nil, fmt.Errorf("%w: %d (this reader knows %d and %d)", ErrVersion, rd.version, Version2, Version)
+	switch v := le.Uint16(h[8:]); {
+	case v >= 1 && v < Version:
+		return nil, fmt.Errorf("%w: %d, written by an older gmig (this reader knows %d only: the PageBatch layout changed)", ErrVersion, v, Version)
+	case v != Version:
+		return nil, fmt.Errorf("%w: %d (this reader knows %d)", ErrVersion, v, Version)
 	}
 	if f, res := le.Uint16(h[10:]), le.Uint32(h[12:]); f != 0 || res != 0 {
 		return nil, fmt.Errorf("%w: stream header flags %#x, reserved %#x", ErrReserved, f, res)
