@@ -6,6 +6,7 @@ import (
 	"io"
 	mrand "math/rand/v2"
 	"net"
+	"syscall"
 	"testing"
 	"time"
 
@@ -44,14 +45,14 @@ func BenchmarkStopEfficiency(b *testing.B) {
 		b.Run(fmt.Sprintf("streams=%d", n), func(b *testing.B) {
 			b.SetBytes(mem)
 			var bytes uint64
-			var took time.Duration
+			var took, cpu time.Duration
 			for b.Loop() {
 				b.StopTimer()
 				s, recv := stopCopyPair(b, src, dst, n)
 				b.StartTimer()
-				t := time.Now()
+				t, c := time.Now(), cpuTime(b)
 				rep, err := s.Stop(context.Background())
-				d := time.Since(t)
+				d, dc := time.Since(t), cpuTime(b)-c
 				b.StopTimer()
 				if err != nil {
 					b.Fatal(err)
@@ -61,21 +62,39 @@ func BenchmarkStopEfficiency(b *testing.B) {
 				}
 				bytes += rep.Stop.Bytes
 				took += d
+				cpu += dc
 				s.Close()
 				src.Resume()
 				b.StartTimer()
 			}
 			b.StopTimer()
+			c := cpuTime(b)
 			link, err := MeasureLink(context.Background(), TCP{}, n, chunk, linkBytes)
 			if err != nil {
 				b.Fatal(err)
 			}
+			linkCPU := cpuTime(b) - c
 			stop := float64(bytes) / took.Seconds()
 			b.ReportMetric(stop/1e9, "stop_GB/s")
 			b.ReportMetric(link/1e9, "link_GB/s")
 			b.ReportMetric(stop/link, "efficiency")
+			// CPU time per byte, every thread of the process: what
+			// bounds the rate where the cores are all busy (8 streams
+			// on 16 cores), and a measure that other load on a shared
+			// machine disturbs less than wall time.
+			b.ReportMetric(float64(cpu.Nanoseconds())/float64(bytes), "stop_cpu_ns/B")
+			b.ReportMetric(float64(linkCPU.Nanoseconds())/float64(n*(linkBytes/n/len(chunk)*len(chunk))), "link_cpu_ns/B")
 		})
 	}
+}
+
+// cpuTime is the user and system CPU time this process has used.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // stopCopyPair starts a stop-and-copy migration from src to dst on n

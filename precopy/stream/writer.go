@@ -17,6 +17,8 @@ type Writer struct {
 	w          io.Writer
 	batchPages int
 	buf        []byte                                   // one PageBatch frame, reused
+	heads      []byte                                   // a frozen frame's headers and CRC, reused
+	iov        net.Buffers                              // a frozen frame's pieces, reused
 	flat       []byte                                   // a frozen frame copied whole for a writer without vectored writes
 	frame      [FrameHeaderSize + FrameTrailerSize]byte // a blob's frame header and CRC
 	stats      Stats
@@ -142,44 +144,21 @@ func (w *Writer) writePages(idx []uint32, mem []byte, in, out []uint64) (Stats, 
 	return st, nil
 }
 
-// frozenBatch is one PageBatch frame of frozen pages ready to go: its
-// pieces (headers and pages where they lie, then the CRC) and its size.
-type frozenBatch struct {
-	iov net.Buffers
-	st  Stats
-}
-
 // writeFrozen writes frozen pages whose hashes are known, batch by batch,
-// without copying them to a socket (writeBuffers): a helper goroutine
-// builds each frame's headers and CRC one batch ahead while this one
-// writes the previous batch, so the connection is kept busy.
+// without copying them to a socket (writeBuffers): each frame is its
+// headers and CRC (prepareFrozen) with the pages where they lie in mem
+// between them.
 func (w *Writer) writeFrozen(idx []uint32, mem []byte, hashes []uint64) (Stats, error) {
-	ready := make(chan frozenBatch, 1)
-	stop := make(chan struct{})
-	go func() {
-		defer close(ready)
-		for start := 0; start < len(idx); start += w.batchPages {
-			end := min(start+w.batchPages, len(idx))
-			select {
-			case ready <- prepareFrozen(idx[start:end], mem, hashes[start:end]):
-			case <-stop:
-				return
-			}
-		}
-	}()
-	defer func() {
-		close(stop)
-		for range ready { // let the helper go
-		}
-	}()
 	var st Stats
-	for b := range ready {
-		if err := w.writeBuffers(b.iov); err != nil {
+	for start := 0; start < len(idx); start += w.batchPages {
+		end := min(start+w.batchPages, len(idx))
+		iov, bs := w.prepareFrozen(idx[start:end], mem, hashes[start:end])
+		if err := w.writeBuffers(iov); err != nil {
 			w.err = fmt.Errorf("stream: write failed, stream broken: %w", err)
-			return st, fmt.Errorf("stream: writing PageBatch of %d pages: %w", b.st.Pages, err)
+			return st, fmt.Errorf("stream: writing PageBatch of %d pages: %w", bs.Pages, err)
 		}
-		w.stats.add(b.st)
-		st.add(b.st)
+		w.stats.add(bs)
+		st.add(bs)
 	}
 	return st, nil
 }
@@ -272,18 +251,23 @@ func putBatchHeader(b []byte, payload, count int) {
 // prepareFrozen builds one PageBatch frame of frozen pages whose hashes
 // are known, without copying or reading them: its headers (frame header,
 // page count, record headers) and CRC, with the pages where they lie in
-// mem between them, as pieces for one vectored write. The bytes are those
-// writeBatch would send.
-func prepareFrozen(idx []uint32, mem []byte, hashes []uint64) frozenBatch {
+// mem between them, as pieces for one vectored write, in buffers of the
+// Writer's that the next frame reuses. The bytes are those writeBatch
+// would send.
+func (w *Writer) prepareFrozen(idx []uint32, mem []byte, hashes []uint64) (net.Buffers, Stats) {
 	heads := FrameHeaderSize + BatchHeaderSize + len(idx)*RecordHeaderSize
-	b := make([]byte, heads, heads+FrameTrailerSize)
-	iov := make(net.Buffers, 1, len(idx)+2)
+	if cap(w.heads) < heads+FrameTrailerSize {
+		w.heads = make([]byte, 0, FrameHeaderSize+BatchHeaderSize+w.batchPages*RecordHeaderSize+FrameTrailerSize)
+	}
+	b := w.heads[:heads]
+	iov := append(w.iov[:0], nil)
 	var zeros uint64
 	for i, p := range idx {
 		page := mem[int(p)*PageSize : (int(p)+1)*PageSize]
 		h := hashes[i]
 		rec := b[FrameHeaderSize+BatchHeaderSize+i*RecordHeaderSize:][:RecordHeaderSize]
 		le.PutUint32(rec, p)
+		rec[4], rec[5], rec[6], rec[7] = 0, 0, 0, 0
 		le.PutUint64(rec[8:], h)
 		if h == zeroHash && isZero(page) {
 			rec[4] = RecordZero
@@ -297,8 +281,8 @@ func prepareFrozen(idx []uint32, mem []byte, hashes []uint64) frozenBatch {
 	iov[0] = b
 	crc := le.AppendUint32(b[len(b):], crc32.Checksum(b, castagnoli)) // within capacity: b stays valid
 	iov = append(iov, crc)
-	return frozenBatch{iov: iov, st: Stats{Sections: 1, Pages: uint64(len(idx)), ZeroPages: zeros,
-		Bytes: uint64(FrameHeaderSize + payload + FrameTrailerSize)}}
+	w.iov = iov
+	return iov, Stats{Sections: 1, Pages: uint64(len(idx)), ZeroPages: zeros, Bytes: uint64(FrameHeaderSize + payload + FrameTrailerSize)}
 }
 
 // WriteBlob sends b as one section of blob type t (DeviceState, APILog,
