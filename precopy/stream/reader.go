@@ -113,11 +113,12 @@ func NewReader(r io.Reader, lim Limits) (*Reader, error) {
 func (r *Reader) Stats() Stats { return r.stats }
 
 // Next reads the next section. A PageBatch is decoded into mem, the
-// destination partition: each page's data is checked against its hash
-// before it is copied to mem[index*PageSize:], and a page index at or above
-// the limit is refused before its data is read. The section's CRC is checked
-// after its last page, so on any error mem may hold pages of this and
-// earlier batches and must be discarded. For blob sections mem is unused.
+// destination partition: its record headers are checked first (a page
+// index at or above the limit is refused before any data is read), then
+// each page's data is read into mem[index*PageSize:] and checked there
+// against its hash. The section's CRC (over its headers) is checked after
+// its last page, so on any error mem may hold pages of this and earlier
+// batches, the failing one among them, and must be discarded. For blob sections mem is unused.
 // After End, Next returns io.EOF; if bytes already buffered follow End it
 // returns ErrTrailingData instead (CheckEOF checks the rest).
 func (r *Reader) Next(mem []byte) (Section, error) {

@@ -17,8 +17,8 @@ import (
 
 // SetWorkers makes Next hand PageBatch checking and storing to up to n
 // goroutines (n ≤ 1: none, the default). Next then returns a PageBatch
-// once its structure is checked (its counts are exact, its page indices
-// within the limit); its CRC and page hashes are checked, and its pages
+// once its structure and CRC are checked (its counts are exact, its page
+// indices within the limit); its page hashes are checked, and its pages
 // stored into mem, while the stream is read on. A batch that fails those
 // checks makes a later Next (End's at the latest) return the error; as
 // ever, on any error mem must be discarded. mem must not be touched by
