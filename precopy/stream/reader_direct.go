@@ -1,12 +1,17 @@
 package stream
 
-import "io"
+import (
+	"crypto/tls"
+	"io"
+)
 
 // readInto fills each of bufs in turn from the stream, pages straight
 // into their place in the destination: first from what the Reader has
 // buffered, then from the underlying reader itself — with one readv(2)
-// for all of bufs where it is a socket (socketOf), else with a read into
-// each — so that no page is copied through the Reader's buffer. bufs'
+// for all of bufs where it is a socket (socketOf), with a read into each
+// where it is a TLS connection (which has its own buffer) — so that no
+// page is copied through the Reader's buffer. Any other reader is read
+// through the buffer, as it may make a system call of every read. bufs'
 // elements are resliced as they fill.
 func (r *Reader) readInto(bufs [][]byte) error {
 	for len(bufs) > 0 && r.br.Buffered() > 0 {
@@ -31,8 +36,12 @@ func (r *Reader) readInto(bufs [][]byte) error {
 		}
 		return nil
 	}
+	src := io.Reader(r.br) // a reader whose small reads may be system calls
+	if _, ok := r.raw.(*tls.Conn); ok {
+		src = r.raw // decrypts a record at a time and copies from it
+	}
 	for _, b := range bufs {
-		k, err := io.ReadFull(r.raw, b)
+		k, err := io.ReadFull(src, b)
 		r.off += int64(k)
 		if err != nil {
 			return eofIsUnexpected(err)
