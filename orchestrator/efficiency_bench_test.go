@@ -1,14 +1,18 @@
 package orchestrator
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	mrand "math/rand/v2"
 	"net"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/gmig-dev/gmig/internal/migtest"
 	"github.com/gmig-dev/gmig/precopy"
@@ -112,8 +116,9 @@ func stopCopyPair(b *testing.B, src, dst *vgpu.VGPU, n int) (*precopy.Source, <-
 		next <- y
 	}
 	recv := make(chan error, 1)
+	incoming := &logWatch{msg: `"message":"migration incoming"`, seen: make(chan struct{})}
 	go func() {
-		_, err := precopy.Receive(ctx, c, dst, precopy.Options{Log: migtest.Log, Streams: n,
+		_, err := precopy.Receive(ctx, c, dst, precopy.Options{Log: zerolog.New(incoming), Streams: n,
 			NextStream: func(context.Context) (io.Reader, error) { return <-next, nil }})
 		recv <- err
 	}()
@@ -127,5 +132,28 @@ func stopCopyPair(b *testing.B, src, dst *vgpu.VGPU, n int) (*precopy.Source, <-
 	if err != nil {
 		b.Fatal(err)
 	}
+	// The destination has read the begin Meta and faulted its memory in
+	// (a pre-copy's first step, long before a real stop phase), so the
+	// stop phase timed is the stop phase alone.
+	select {
+	case <-incoming.seen:
+	case err := <-recv:
+		b.Fatalf("destination ended before the stop phase: %v", err)
+	}
 	return s, recv
+}
+
+// logWatch is a log writer that closes seen at the first line holding
+// msg.
+type logWatch struct {
+	msg  string
+	seen chan struct{}
+	once sync.Once
+}
+
+func (w *logWatch) Write(p []byte) (int, error) {
+	if bytes.Contains(p, []byte(w.msg)) {
+		w.once.Do(func() { close(w.seen) })
+	}
+	return len(p), nil
 }
