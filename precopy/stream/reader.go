@@ -8,10 +8,13 @@ import (
 	"slices"
 )
 
-// readBufferSize is the Reader's buffer: large enough that reading a
-// loopback socket takes few system calls, and at least one page so page
-// data can be hashed in place (bufio.Reader.Peek).
-const readBufferSize = 256 << 10
+// readBufferSize is the Reader's buffer, through which frame and record
+// headers and blobs are read (pages go straight into place from a socket
+// or a TLS connection: readInto): 64 KiB holds a default batch's record
+// headers (256 × 16 bytes) many times over, while the page data that a
+// fill brings along with the headers, and that is then copied out of the
+// buffer, stays a small part of a 1 MiB batch.
+const readBufferSize = 64 << 10
 
 // Limits bound what a Reader accepts (docs/migration-stream.md §5). A zero
 // field takes its default.
@@ -80,7 +83,7 @@ type Reader struct {
 }
 
 // NewReader reads and checks the stream header from r. It reads through a
-// 256 KiB buffer; if r is a *bufio.Reader at least that large, it is used
+// 64 KiB buffer; if r is a *bufio.Reader at least that large, it is used
 // as is.
 func NewReader(r io.Reader, lim Limits) (*Reader, error) {
 	lim, err := lim.withDefaults()
