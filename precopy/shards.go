@@ -118,14 +118,15 @@ type pageJob struct {
 
 // spread runs the stop phase's page sends on every stream at once:
 // produce calls send with pages (and, or nil, their hashes) as it finds
-// them; send cuts them into pieces — a batch at most, so that a chunk of
-// pages goes on every stream — and hands each to the next stream in turn,
-// round-robin, each stream's sender writing on its own goroutine.
-// With own, send copies what it is given (the caller reuses it). Once
-// produce returns, each extra stream ends (End) unless anything failed;
-// the main stream goes on with the stop phase's tail. It returns the first error of produce or a
-// sender; a sender's error interrupts every connection's writes, so the
-// others stop too, and send returns it to produce.
+// them; send gathers them into batches (batcher) and hands each full batch
+// to the next stream in turn, round-robin, each stream's sender writing
+// on its own goroutine; once produce returns, what is left is split
+// evenly over the streams. With own, send copies what it is given (the
+// caller reuses it). Then each extra stream ends (End) unless anything
+// failed; the main stream goes on with the stop phase's tail. It returns
+// the first error of produce or a sender; a sender's error interrupts
+// every connection's writes, so the others stop too, and send returns it
+// to produce.
 func (s *Source) spread(own bool, produce func(send func(idx []uint32, hashes []uint64) error) error) error {
 	n := s.streams()
 	jobs := make([]chan pageJob, n)
@@ -152,31 +153,20 @@ func (s *Source) spread(own bool, produce func(send func(idx []uint32, hashes []
 		}()
 	}
 	next := 0
-	send := func(idx []uint32, hashes []uint64) error {
-		// Pieces of a batch at most, and at least one per stream.
-		piece := max(1, min(stream.DefaultBatchPages, (len(idx)+n-1)/n))
-		for lo := 0; lo < len(idx); lo += piece {
-			if err := firstErr(); err != nil {
-				return err
-			}
-			hi := min(lo+piece, len(idx))
-			j := pageJob{idx: idx[lo:hi]}
-			if hashes != nil {
-				j.hashes = hashes[lo:hi]
-			}
-			if own {
-				j.idx = append([]uint32(nil), j.idx...)
-				if j.hashes != nil {
-					j.hashes = append([]uint64(nil), j.hashes...)
-				}
-			}
-			jobs[next] <- j
-			next = (next + 1) % n
+	b := batcher{size: stream.DefaultBatchPages, own: own, out: func(j pageJob) {
+		jobs[next] <- j
+		next = (next + 1) % n
+	}}
+	err := produce(func(idx []uint32, hashes []uint64) error {
+		if err := firstErr(); err != nil {
+			return err
 		}
+		b.add(idx, hashes)
 		return nil
-	}
-	err := produce(send)
-	if err != nil {
+	})
+	if err == nil {
+		b.finish(n)
+	} else {
 		fail(err) // no stream ends as if it were whole
 	}
 	for _, j := range jobs {
@@ -191,6 +181,78 @@ func (s *Source) spread(own bool, produce func(send func(idx []uint32, hashes []
 		return e
 	}
 	return err
+}
+
+// batcher gathers the stop phase's pages, in the order they are found,
+// into batches of size pages for spread, so that each stream writes (and
+// its reader reads) whole batches — a batch is DefaultBatchPages, 1 MiB of
+// pages — however few pages each scanned chunk of memory had dirty (a
+// sparse stop phase: 1 % of pages is some 20 pages a chunk). out takes
+// each batch; finish splits what is left over the streams.
+type batcher struct {
+	size int
+	own  bool // copy what add is given (the caller reuses it)
+	out  func(pageJob)
+	pend pageJob
+}
+
+// add takes pages idx and, or nil, their hashes.
+func (b *batcher) add(idx []uint32, hashes []uint64) {
+	if len(b.pend.idx) > 0 && (hashes == nil) != (b.pend.hashes == nil) {
+		b.flush() // a batch's pages all have hashes or none has
+	}
+	for len(idx) > 0 {
+		if len(b.pend.idx) == 0 && len(idx) >= b.size && !b.own {
+			b.out(cut(&idx, &hashes, b.size)) // straight from the caller's slices
+			continue
+		}
+		if b.pend.idx == nil {
+			b.pend.idx = make([]uint32, 0, b.size)
+			if hashes != nil {
+				b.pend.hashes = make([]uint64, 0, b.size)
+			}
+		}
+		j := cut(&idx, &hashes, b.size-len(b.pend.idx))
+		b.pend.idx = append(b.pend.idx, j.idx...)
+		if j.hashes != nil {
+			b.pend.hashes = append(b.pend.hashes, j.hashes...)
+		}
+		if len(b.pend.idx) == b.size {
+			b.flush()
+		}
+	}
+}
+
+// flush hands on the pages gathered so far.
+func (b *batcher) flush() {
+	if len(b.pend.idx) > 0 {
+		b.out(b.pend)
+	}
+	b.pend = pageJob{}
+}
+
+// finish hands on what is left in n pieces of about the same size (fewer
+// if it is fewer pages), so that every stream ends at about the same time.
+func (b *batcher) finish(n int) {
+	rest := b.pend
+	b.pend = pageJob{}
+	piece := max(1, (len(rest.idx)+n-1)/n)
+	for len(rest.idx) > 0 {
+		b.out(cut(&rest.idx, &rest.hashes, piece))
+	}
+}
+
+// cut takes up to k pages off the front of *idx and *hashes (nil stays
+// nil).
+func cut(idx *[]uint32, hashes *[]uint64, k int) pageJob {
+	k = min(k, len(*idx))
+	j := pageJob{idx: (*idx)[:k:k]}
+	*idx = (*idx)[k:]
+	if *hashes != nil {
+		j.hashes = (*hashes)[:k:k]
+		*hashes = (*hashes)[k:]
+	}
+	return j
 }
 
 // sendShard writes the jobs for stream i (0: the main one) until jobs is

@@ -7,13 +7,14 @@
 //
 // A stream is a 16-byte header (magic "GMIGSTRM", format version, flags)
 // followed by sections, each framed as type, flags, length, payload and a
-// CRC-32C of everything before the CRC. The last section is End. A
-// PageBatch section carries graphics pages, each with its xxhash64 so the
-// destination verifies every page it stores; all-zero pages travel as a
-// 16-byte record without data. DeviceState, APILog, FrontEnd and Meta
+// CRC-32C of everything before the CRC — of a PageBatch, of its headers
+// only. The last section is End. A PageBatch section carries graphics
+// pages: its record headers (page index, flags, the page's xxhash64), then
+// the pages' data, which the destination verifies page by page against
+// the hashes; all-zero pages travel as a 16-byte record without data. DeviceState, APILog, FrontEnd and Meta
 // sections carry opaque blobs that the caller encodes. A ShardHeader opens
 // a shard stream, which carries a share of another stream's stop-phase
-// pages (version 3); readers of one phase's streams can share a claim over
+// pages (since version 3); readers of one phase's streams can share a claim over
 // its pages (SetClaim) so that none arrives twice.
 //
 // Writer produces a stream and Reader consumes one. A Reader is built with
@@ -24,10 +25,11 @@
 // page whose data does not match its hash, a second DeviceState, data after
 // End and a truncated stream; each refusal wraps a sentinel error (ErrMagic,
 // ErrVersion, ...) or io.ErrUnexpectedEOF, and names where in the stream it
-// happened. A Reader writes verified pages straight into the destination
-// partition as they arrive: on any error the caller discards the
-// destination (gmig's roll-back does), because pages of the failing batch
-// and of earlier batches may already be there. With SetWorkers, a Reader
+// happened. A Reader reads pages straight into the destination partition
+// as they arrive (with readv on a socket) and checks each there: on any
+// error the caller discards the destination (gmig's roll-back does),
+// because pages of the failing batch and of earlier batches may already
+// be there. With SetWorkers, a Reader
 // checks and stores pages on other goroutines while it reads on (batch
 // after batch, in stream order), and reports a bad batch at a later Next,
 // End's at the latest.

@@ -16,14 +16,18 @@ import (
 const (
 	// Magic opens every stream.
 	Magic = "GMIGSTRM"
-	// Version is the format version this package writes. A changed
-	// format gets a new number; see §6. Version 3 added ShardHeader sections
-	// (the stop phase spread over several streams).
-	Version = 3
-	// Version2 is the previous version, which this package still reads:
-	// version 3 without ShardHeader sections. Version 2 added GuestRAM
-	// sections.
-	Version2 = 2
+	// Version is the format version this package writes and the only
+	// one it reads. A changed format gets a new number; see §6. Version 4
+	// put a PageBatch's record headers before its pages and made its CRC
+	// cover the headers only (each page is covered by its own hash), so
+	// neither side makes a CRC pass over page data and a reader can read
+	// pages straight into the destination.
+	Version = 4
+	// Version3 is the previous version (ShardHeader sections, page records
+	// interleaved with their data, a CRC over all of a PageBatch). A
+	// reader refuses it, naming it (ErrVersion): the PageBatch layout
+	// changed.
+	Version3 = 3
 	// HeaderSize is the stream header's size: magic, u16 version, u16
 	// flags (0), u32 reserved (0).
 	HeaderSize = 16
@@ -35,7 +39,8 @@ const (
 	// (0), u16 reserved (0), u32 payload length.
 	FrameHeaderSize = 8
 	// FrameTrailerSize is the CRC-32C (Castagnoli) after a payload, taken
-	// over the frame header and the payload.
+	// over the frame header and the payload — of a PageBatch, over the
+	// frame header, the page count and the record headers only (§3).
 	FrameTrailerSize = 4
 )
 
@@ -45,8 +50,10 @@ const (
 	PageSize = abi.PageSize
 	// BatchHeaderSize is the u32 page count that opens a PageBatch.
 	BatchHeaderSize = 4
-	// RecordHeaderSize is a page record before its data: u32 page index,
-	// u8 flags, 3 reserved bytes, u64 xxhash64 of the page.
+	// RecordHeaderSize is a page record's header: u32 page index, u8
+	// flags, 3 reserved bytes, u64 xxhash64 of the page. A batch's
+	// headers come first, then the data of its non-zero pages in record
+	// order.
 	RecordHeaderSize = 16
 	// RecordZero in a record's flags marks an all-zero page: no data
 	// follows and the hash is that of PageSize zero bytes.
@@ -84,7 +91,7 @@ const (
 	FrontEnd    SectionType = 0x04 // the guest's PCI config writes, for the front end
 	Meta        SectionType = 0x05 // free-form metadata (names, sizes, timings)
 	GuestRAM    SectionType = 0x06 // guest RAM the device wrote, §3.1
-	ShardHeader SectionType = 0x07 // opens a shard stream, §3.3 (version 3)
+	ShardHeader SectionType = 0x07 // opens a shard stream, §3.3 (since version 3)
 	End         SectionType = 0xff // last section; empty payload
 )
 

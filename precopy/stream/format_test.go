@@ -11,7 +11,7 @@ import (
 // docs/migration-stream.md §9.
 func TestEmptyStreamMatchesDoc(t *testing.T) {
 	want, _ := hex.DecodeString(strings.ReplaceAll(
-		"47 4d 49 47 53 54 52 4d 03 00 00 00 00 00 00 00 ff 00 00 00 00 00 00 00 2f 82 3d 93", " ", ""))
+		"47 4d 49 47 53 54 52 4d 04 00 00 00 00 00 00 00 ff 00 00 00 00 00 00 00 2f 82 3d 93", " ", ""))
 	var buf bytes.Buffer
 	w, err := NewWriter(&buf)
 	if err != nil {
@@ -39,7 +39,8 @@ func TestLayout(t *testing.T) {
 	if maxBatchPagesLimit != 1044495 {
 		t.Errorf("maxBatchPagesLimit %d", maxBatchPagesLimit)
 	}
-	// One data page and one zero page: 8 + 4 + (16+4096) + 16 + 4.
+	// One data page and one zero page: 8 + 4 + 16 + 16 + 4096 + 4, the
+	// record headers before the data.
 	mem := append(filledPage(1), make([]byte, PageSize)...)
 	var buf bytes.Buffer
 	w, _ := NewWriter(&buf)
@@ -54,9 +55,15 @@ func TestLayout(t *testing.T) {
 	if b[0] != byte(PageBatch) || le.Uint32(b[4:]) != 4+16+4096+16 || le.Uint32(b[8:]) != 2 {
 		t.Errorf("frame header % x", b[:12])
 	}
-	zeroRec := b[12+16+4096:]
+	dataRec, zeroRec := b[12:], b[12+16:]
+	if le.Uint32(dataRec) != 0 || dataRec[4] != 0 || le.Uint64(dataRec[8:]) != hashOf(filledPage(1)) {
+		t.Errorf("data record % x", dataRec[:16])
+	}
 	if le.Uint32(zeroRec) != 1 || zeroRec[4] != RecordZero || le.Uint64(zeroRec[8:]) != zeroHash {
 		t.Errorf("zero record % x", zeroRec[:16])
+	}
+	if !bytes.Equal(b[12+32:12+32+PageSize], filledPage(1)) {
+		t.Error("page data does not follow the record headers")
 	}
 }
 

@@ -26,7 +26,7 @@ func FuzzReader(f *testing.F) {
 	const pages = 4
 	const guard = PageSize
 	// One buffered reader for all inputs, which NewReader adopts: no
-	// 256 KiB buffer per input.
+	// buffer per input.
 	br := bufio.NewReaderSize(nil, readBufferSize)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		for _, d := range [][]byte{data, reseal(data)} {

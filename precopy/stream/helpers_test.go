@@ -68,7 +68,17 @@ func frame(t SectionType, flags byte, payload []byte) []byte {
 	b[0], b[1] = byte(t), flags
 	le.PutUint32(b[4:], uint32(len(payload)))
 	b = append(b, payload...)
-	return le.AppendUint32(b, crc32.Checksum(b, castagnoli))
+	return le.AppendUint32(b, crcOf(b))
+}
+
+// crcOf is the CRC of a section whose frame header and payload are b: of
+// all of it, or of a PageBatch's headers (as far as b has them).
+func crcOf(b []byte) uint32 {
+	if SectionType(b[0]) == PageBatch && len(b) >= FrameHeaderSize+BatchHeaderSize {
+		heads := FrameHeaderSize + BatchHeaderSize + uint64(le.Uint32(b[FrameHeaderSize:]))*RecordHeaderSize
+		b = b[:min(uint64(len(b)), heads)]
+	}
+	return crc32.Checksum(b, castagnoli)
 }
 
 // record builds a page record; data nil means a zero record.
@@ -80,11 +90,17 @@ func record(idx uint32, flags byte, hash uint64, data []byte) []byte {
 	return append(b, data...)
 }
 
-// batch builds a PageBatch payload from records.
+// batch builds a PageBatch payload from records (each a header and its
+// data, from record): the count, the records' headers, then their data.
 func batch(count uint32, records ...[]byte) []byte {
 	b := le.AppendUint32(nil, count)
 	for _, r := range records {
-		b = append(b, r...)
+		b = append(b, r[:min(len(r), RecordHeaderSize)]...)
+	}
+	for _, r := range records {
+		if len(r) > RecordHeaderSize {
+			b = append(b, r[RecordHeaderSize:]...)
+		}
 	}
 	return b
 }
@@ -103,7 +119,7 @@ func reseal(b []byte) []byte {
 		if n < 0 || end+FrameTrailerSize > len(b) || end < off {
 			break
 		}
-		le.PutUint32(b[end:], crc32.Checksum(b[off:end], castagnoli))
+		le.PutUint32(b[end:], crcOf(b[off:end]))
 		off = end + FrameTrailerSize
 	}
 	return b

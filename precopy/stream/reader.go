@@ -8,10 +8,13 @@ import (
 	"slices"
 )
 
-// readBufferSize is the Reader's buffer: large enough that reading a
-// loopback socket takes few system calls, and at least one page so page
-// data can be hashed in place (bufio.Reader.Peek).
-const readBufferSize = 256 << 10
+// readBufferSize is the Reader's buffer, through which frame and record
+// headers and blobs are read (pages go straight into place from a socket
+// or a TLS connection: readInto): 64 KiB holds a default batch's record
+// headers (256 × 16 bytes) many times over, while the page data that a
+// fill brings along with the headers, and that is then copied out of the
+// buffer, stays a small part of a 1 MiB batch.
+const readBufferSize = 64 << 10
 
 // Limits bound what a Reader accepts (docs/migration-stream.md §5). A zero
 // field takes its default.
@@ -71,19 +74,23 @@ type Reader struct {
 	err      error
 	scratch  [RecordHeaderSize]byte // frame headers, CRCs, record headers, Shard payloads
 	par      *parallel              // SetWorkers: the parallel PageBatch path
-	version  uint16                 // the stream header's
 	claim    func(page uint32) bool // SetClaim
+
+	raw      io.Reader     // what br reads: pages are read from it directly (readInto)
+	headBuf  []byte        // a PageBatch's record headers
+	recs     []batchRecord // and the records they make
+	pageBufs [][]byte      // a chunk of pages being read
 }
 
 // NewReader reads and checks the stream header from r. It reads through a
-// 256 KiB buffer; if r is a *bufio.Reader at least that large, it is used
+// 64 KiB buffer; if r is a *bufio.Reader at least that large, it is used
 // as is.
 func NewReader(r io.Reader, lim Limits) (*Reader, error) {
 	lim, err := lim.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	rd := &Reader{br: bufio.NewReaderSize(r, readBufferSize), lim: lim}
+	rd := &Reader{br: bufio.NewReaderSize(r, readBufferSize), lim: lim, raw: r}
 	var h [HeaderSize]byte
 	if err := rd.readFull(h[:]); err != nil {
 		return nil, fmt.Errorf("stream: reading stream header: %w", err)
@@ -91,9 +98,11 @@ func NewReader(r io.Reader, lim Limits) (*Reader, error) {
 	if string(h[:len(Magic)]) != Magic {
 		return nil, fmt.Errorf("%w: %q", ErrMagic, h[:len(Magic)])
 	}
-	rd.version = le.Uint16(h[8:])
-	if rd.version != Version && rd.version != Version2 {
-		return nil, fmt.Errorf("%w: %d (this reader knows %d and %d)", ErrVersion, rd.version, Version2, Version)
+	switch v := le.Uint16(h[8:]); {
+	case v >= 1 && v < Version:
+		return nil, fmt.Errorf("%w: %d, written by an older gmig (this reader knows %d only: the PageBatch layout changed)", ErrVersion, v, Version)
+	case v != Version:
+		return nil, fmt.Errorf("%w: %d (this reader knows %d)", ErrVersion, v, Version)
 	}
 	if f, res := le.Uint16(h[10:]), le.Uint32(h[12:]); f != 0 || res != 0 {
 		return nil, fmt.Errorf("%w: stream header flags %#x, reserved %#x", ErrReserved, f, res)
@@ -107,11 +116,12 @@ func NewReader(r io.Reader, lim Limits) (*Reader, error) {
 func (r *Reader) Stats() Stats { return r.stats }
 
 // Next reads the next section. A PageBatch is decoded into mem, the
-// destination partition: each page's data is checked against its hash
-// before it is copied to mem[index*PageSize:], and a page index at or above
-// the limit is refused before its data is read. The section's CRC is checked
-// after its last page, so on any error mem may hold pages of this and
-// earlier batches and must be discarded. For blob sections mem is unused.
+// destination partition: its record headers are checked first (a page
+// index at or above the limit is refused before any data is read), then
+// each page's data is read into mem[index*PageSize:] and checked there
+// against its hash. The section's CRC (over its headers) is checked after
+// its last page, so on any error mem may hold pages of this and earlier
+// batches, the failing one among them, and must be discarded. For blob sections mem is unused.
 // After End, Next returns io.EOF; if bytes already buffered follow End it
 // returns ErrTrailingData instead (CheckEOF checks the rest).
 func (r *Reader) Next(mem []byte) (Section, error) {

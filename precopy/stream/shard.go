@@ -74,12 +74,9 @@ func (w *Writer) WriteShard(s Shard) error {
 	return w.writeFrame(ShardHeader, b)
 }
 
-// readShard reads an n-byte ShardHeader payload: the stream's first section, in
-// a version 3 stream.
+// readShard reads an n-byte ShardHeader payload: the stream's first section.
 func (r *Reader) readShard(n uint32, crc uint32) (Shard, uint32, error) {
 	switch {
-	case r.version < Version:
-		return Shard{}, 0, fmt.Errorf("%w: %s in a version %d stream", ErrSectionType, r.at(), r.version)
 	case r.sections != 1:
 		return Shard{}, 0, fmt.Errorf("%w: %s: a ShardHeader section comes first", ErrMalformed, r.at())
 	case n != ShardSize:

@@ -55,7 +55,6 @@ func TestShardRefused(t *testing.T) {
 		want    error
 		mention string
 	}{
-		{"version 2", cat(header(Version2, 0, 0), frame(ShardHeader, 0, good), end), ErrSectionType, "version 2"},
 		{"not first", cat(header(Version, 0, 0), frame(Meta, 0, nil), frame(ShardHeader, 0, good), end), ErrMalformed, "first"},
 		{"short", cat(header(Version, 0, 0), frame(ShardHeader, 0, good[:15]), end), ErrMalformed, "15"},
 		{"index 0", cat(header(Version, 0, 0), frame(ShardHeader, 0, bad(func(b []byte) { b[8] = 0 })), end), ErrMalformed, "stream 0 of 2"},
@@ -70,15 +69,6 @@ func TestShardRefused(t *testing.T) {
 				t.Errorf("got %v, want %v mentioning %q", err, tc.want, tc.mention)
 			}
 		})
-	}
-}
-
-// A version 2 stream (a gmigd before shards) is still read.
-func TestReadsVersion2(t *testing.T) {
-	data := cat(header(Version2, 0, 0), frame(PageBatch, 0, batch(1, record(1, 0, goodHash, good))), end)
-	mem := make([]byte, 2*PageSize)
-	if secs, err := readAll(data, Limits{}, mem); err.Error() != "EOF" || len(secs) != 1 || !bytes.Equal(mem[PageSize:], good) {
-		t.Fatalf("sections %+v, err %v", secs, err)
 	}
 }
 

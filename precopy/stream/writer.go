@@ -17,6 +17,8 @@ type Writer struct {
 	w          io.Writer
 	batchPages int
 	buf        []byte                                   // one PageBatch frame, reused
+	heads      []byte                                   // a frozen frame's headers and CRC, reused
+	iov        net.Buffers                              // a frozen frame's pieces, reused
 	flat       []byte                                   // a frozen frame copied whole for a writer without vectored writes
 	frame      [FrameHeaderSize + FrameTrailerSize]byte // a blob's frame header and CRC
 	stats      Stats
@@ -142,45 +144,21 @@ func (w *Writer) writePages(idx []uint32, mem []byte, in, out []uint64) (Stats, 
 	return st, nil
 }
 
-// frozenBatch is one PageBatch frame of frozen pages ready to go: its
-// pieces (headers and pages where they lie, then the CRC) and its size.
-type frozenBatch struct {
-	iov net.Buffers
-	st  Stats
-}
-
 // writeFrozen writes frozen pages whose hashes are known, batch by batch,
-// without copying them to a socket (writeBuffers): a helper goroutine
-// builds each frame's headers and CRC (a pass over the pages) one batch
-// ahead while this one writes the previous batch, so the connection is
-// kept busy.
+// without copying them to a socket (writeBuffers): each frame is its
+// headers and CRC (prepareFrozen) with the pages where they lie in mem
+// between them.
 func (w *Writer) writeFrozen(idx []uint32, mem []byte, hashes []uint64) (Stats, error) {
-	ready := make(chan frozenBatch, 1)
-	stop := make(chan struct{})
-	go func() {
-		defer close(ready)
-		for start := 0; start < len(idx); start += w.batchPages {
-			end := min(start+w.batchPages, len(idx))
-			select {
-			case ready <- prepareFrozen(idx[start:end], mem, hashes[start:end]):
-			case <-stop:
-				return
-			}
-		}
-	}()
-	defer func() {
-		close(stop)
-		for range ready { // let the helper go
-		}
-	}()
 	var st Stats
-	for b := range ready {
-		if err := w.writeBuffers(b.iov); err != nil {
+	for start := 0; start < len(idx); start += w.batchPages {
+		end := min(start+w.batchPages, len(idx))
+		iov, bs := w.prepareFrozen(idx[start:end], mem, hashes[start:end])
+		if err := w.writeBuffers(iov); err != nil {
 			w.err = fmt.Errorf("stream: write failed, stream broken: %w", err)
-			return st, fmt.Errorf("stream: writing PageBatch of %d pages: %w", b.st.Pages, err)
+			return st, fmt.Errorf("stream: writing PageBatch of %d pages: %w", bs.Pages, err)
 		}
-		w.stats.add(b.st)
-		st.add(b.st)
+		w.stats.add(bs)
+		st.add(bs)
 	}
 	return st, nil
 }
@@ -212,14 +190,16 @@ func (w *Writer) writeBuffers(iov net.Buffers) error {
 }
 
 // writeBatch builds one PageBatch frame in w.buf and writes it with one
-// Write. Page idx[i] is at mem[idx[i]*PageSize:], or at mem[i*PageSize:]
+// Write: the record headers first, then the data of the non-zero pages
+// (§4). Page idx[i] is at mem[idx[i]*PageSize:], or at mem[i*PageSize:]
 // when packed (copies, WriteCopies). The caller has checked the indices
 // against mem.
 func (w *Writer) writeBatch(idx []uint32, mem []byte, packed bool, in, out []uint64) (Stats, error) {
 	if w.buf == nil {
 		w.buf = make([]byte, 0, FrameHeaderSize+BatchHeaderSize+w.batchPages*(RecordHeaderSize+PageSize)+FrameTrailerSize)
 	}
-	b := w.buf[:FrameHeaderSize+BatchHeaderSize]
+	heads := FrameHeaderSize + BatchHeaderSize + len(idx)*RecordHeaderSize
+	b := w.buf[:heads]
 	var zeros uint64
 	for i, p := range idx {
 		off := int(p) * PageSize
@@ -227,36 +207,31 @@ func (w *Writer) writeBatch(idx []uint32, mem []byte, packed bool, in, out []uin
 			off = i * PageSize
 		}
 		page := mem[off : off+PageSize]
-		rec := len(b)
-		b = b[:rec+RecordHeaderSize]
-		le.PutUint32(b[rec:], p)
-		b[rec+4], b[rec+5], b[rec+6], b[rec+7] = 0, 0, 0, 0
+		rec := b[FrameHeaderSize+BatchHeaderSize+i*RecordHeaderSize:][:RecordHeaderSize]
+		le.PutUint32(rec, p)
+		rec[4], rec[5], rec[6], rec[7] = 0, 0, 0, 0
 		var h uint64
 		if isZero(page) {
 			// Zero when looked at: a consistent thing to send even if
 			// the page changes now.
-			b[rec+4] = RecordZero
+			rec[4] = RecordZero
 			h = zeroHash
 			zeros++
 		} else {
-			b = b[:rec+RecordHeaderSize+PageSize]
-			data := b[rec+RecordHeaderSize:]
-			copy(data, page)
+			b = append(b, page...)
 			if in != nil {
 				h = in[i]
 			} else {
-				h = xxhash.Sum64(data)
+				h = xxhash.Sum64(b[len(b)-PageSize:])
 			}
 		}
-		le.PutUint64(b[rec+8:], h)
+		le.PutUint64(rec[8:], h)
 		if out != nil {
 			out[i] = h
 		}
 	}
-	b[0], b[1], b[2], b[3] = byte(PageBatch), 0, 0, 0
-	le.PutUint32(b[4:], uint32(len(b)-FrameHeaderSize))
-	le.PutUint32(b[FrameHeaderSize:], uint32(len(idx)))
-	b = le.AppendUint32(b, crc32.Checksum(b, castagnoli))
+	putBatchHeader(b, len(b)-FrameHeaderSize, len(idx))
+	b = le.AppendUint32(b, crc32.Checksum(b[:heads], castagnoli))
 	st := Stats{Sections: 1, Pages: uint64(len(idx)), ZeroPages: zeros, Bytes: uint64(len(b))}
 	if err := w.write(b); err != nil {
 		return Stats{}, fmt.Errorf("stream: writing PageBatch of %d pages: %w", len(idx), err)
@@ -265,50 +240,49 @@ func (w *Writer) writeBatch(idx []uint32, mem []byte, packed bool, in, out []uin
 	return st, nil
 }
 
+// putBatchHeader fills in a PageBatch's frame header and page count at
+// b[0:FrameHeaderSize+BatchHeaderSize].
+func putBatchHeader(b []byte, payload, count int) {
+	b[0], b[1], b[2], b[3] = byte(PageBatch), 0, 0, 0
+	le.PutUint32(b[4:], uint32(payload))
+	le.PutUint32(b[FrameHeaderSize:], uint32(count))
+}
+
 // prepareFrozen builds one PageBatch frame of frozen pages whose hashes
-// are known, without copying them: its headers (frame, batch and record
-// headers) interleaved with the pages where they lie in mem, then the
-// CRC, as pieces for one vectored write. The bytes are those writeBatch
+// are known, without copying or reading them: its headers (frame header,
+// page count, record headers) and CRC, with the pages where they lie in
+// mem between them, as pieces for one vectored write, in buffers of the
+// Writer's that the next frame reuses. The bytes are those writeBatch
 // would send.
-func prepareFrozen(idx []uint32, mem []byte, hashes []uint64) frozenBatch {
-	b := make([]byte, FrameHeaderSize+BatchHeaderSize, FrameHeaderSize+BatchHeaderSize+len(idx)*RecordHeaderSize+FrameTrailerSize)
-	iov := make(net.Buffers, 0, 2*len(idx)+2)
-	cut := 0 // b[cut:] is not in iov yet
-	payload := uint64(BatchHeaderSize)
+func (w *Writer) prepareFrozen(idx []uint32, mem []byte, hashes []uint64) (net.Buffers, Stats) {
+	heads := FrameHeaderSize + BatchHeaderSize + len(idx)*RecordHeaderSize
+	if cap(w.heads) < heads+FrameTrailerSize {
+		w.heads = make([]byte, 0, FrameHeaderSize+BatchHeaderSize+w.batchPages*RecordHeaderSize+FrameTrailerSize)
+	}
+	b := w.heads[:heads]
+	iov := append(w.iov[:0], nil)
 	var zeros uint64
 	for i, p := range idx {
 		page := mem[int(p)*PageSize : (int(p)+1)*PageSize]
 		h := hashes[i]
-		zero := h == zeroHash && isZero(page)
-		rec := len(b)
-		b = b[:rec+RecordHeaderSize]
-		le.PutUint32(b[rec:], p)
-		b[rec+4], b[rec+5], b[rec+6], b[rec+7] = 0, 0, 0, 0
-		le.PutUint64(b[rec+8:], h)
-		payload += RecordHeaderSize
-		if zero {
-			b[rec+4] = RecordZero
+		rec := b[FrameHeaderSize+BatchHeaderSize+i*RecordHeaderSize:][:RecordHeaderSize]
+		le.PutUint32(rec, p)
+		rec[4], rec[5], rec[6], rec[7] = 0, 0, 0, 0
+		le.PutUint64(rec[8:], h)
+		if h == zeroHash && isZero(page) {
+			rec[4] = RecordZero
 			zeros++
 			continue
 		}
-		iov = append(iov, b[cut:], page)
-		cut = len(b)
-		payload += PageSize
+		iov = append(iov, page)
 	}
-	b[0], b[1], b[2], b[3] = byte(PageBatch), 0, 0, 0
-	le.PutUint32(b[4:], uint32(payload))
-	le.PutUint32(b[FrameHeaderSize:], uint32(len(idx)))
-	if cut < len(b) {
-		iov = append(iov, b[cut:])
-	}
-	var crc uint32
-	for _, part := range iov {
-		crc = crc32.Update(crc, castagnoli, part)
-	}
-	b = le.AppendUint32(b, crc) // within capacity: the pieces stay valid
-	iov = append(iov, b[len(b)-FrameTrailerSize:])
-	return frozenBatch{iov: iov, st: Stats{Sections: 1, Pages: uint64(len(idx)), ZeroPages: zeros,
-		Bytes: FrameHeaderSize + payload + FrameTrailerSize}}
+	payload := heads - FrameHeaderSize + (len(iov)-1)*PageSize
+	putBatchHeader(b, payload, len(idx))
+	iov[0] = b
+	crc := le.AppendUint32(b[len(b):], crc32.Checksum(b, castagnoli)) // within capacity: b stays valid
+	iov = append(iov, crc)
+	w.iov = iov
+	return iov, Stats{Sections: 1, Pages: uint64(len(idx)), ZeroPages: zeros, Bytes: uint64(FrameHeaderSize + payload + FrameTrailerSize)}
 }
 
 // WriteBlob sends b as one section of blob type t (DeviceState, APILog,
