@@ -33,7 +33,9 @@ func (s *Source) Stop(ctx context.Context) (Report, error) {
 	s.mu.Lock()
 	rep := s.report
 	s.mu.Unlock()
+	before := readProcCost()
 	err := s.stop(ctx, &rep)
+	cost := readProcCost().since(before)
 	s.mu.Lock()
 	s.report = rep
 	if err == nil {
@@ -47,6 +49,7 @@ func (s *Source) Stop(ctx context.Context) (Report, error) {
 	s.log.Info().Dur("total", st.Total).Dur("quiesce", st.Quiesce).Dur("scan", st.Scan).
 		Dur("transfer", st.Transfer).Dur("restore", st.Restore).Dur("replay", st.Replay).
 		Int("dirty_pages", st.DirtyPages).Ints("by_source", st.BySource[:]).Uint64("bytes", st.Bytes).
+		Int64("minor_faults", cost.minorFaults).Dur("sys_cpu", cost.sys).Dur("user_cpu", cost.user).Uint64("gcs", cost.gcs).
 		Msg("migration stop phase done")
 	return rep, nil
 }

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gmig-dev/gmig/abi"
 	"github.com/gmig-dev/gmig/internal/guestwrites"
 	"github.com/gmig-dev/gmig/internal/migtest"
@@ -17,19 +19,35 @@ import (
 )
 
 // selfWrites is Options.GuestWrites for a guest that writes the vGPU's
-// memory from this process (the pool's mapping here, the in-process
-// simulator's in gmigd): this process's mappings of the memfd.
+// memory from this process through a mapping of its own (guestMapping
+// here, the in-process simulator's in gmigd): this process's mappings of
+// the memfd, of which the source leaves the pool's own out.
 func selfWrites(aperture *os.File) (WriteLog, string) {
 	l, c := guestwrites.Open(0, aperture, migtest.Log)
 	return l, c.String()
 }
 
-// guestStores writes v's memory the ways a guest CPU can between Precopy
-// and Stop: one-byte stores at random offsets of random pages, a store
-// that puts the old byte back (A→B→A), a page's first and last byte. It
-// returns how many distinct pages it stored to.
-func guestStores(v *vgpu.VGPU, r *rand.Rand) int {
-	mem := v.Memory()
+// guestMapping maps v's aperture as a guest's VMM would: a shared
+// mapping of the memfd of its own, beside the pool's.
+func guestMapping(t *testing.T, v *vgpu.VGPU) []byte {
+	t.Helper()
+	ri, err := v.RegionInfo(abi.BARAperture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem, err := unix.Mmap(int(ri.File.Fd()), 0, int(ri.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Munmap(mem) })
+	return mem
+}
+
+// guestStores writes mem, a vGPU's memory, the ways a guest CPU can
+// between Precopy and Stop: one-byte stores at random offsets of random
+// pages, a store that puts the old byte back (A→B→A), a page's first and
+// last byte. It returns how many distinct pages it stored to.
+func guestStores(mem []byte, r *rand.Rand) int {
 	pages := len(mem) / abi.PageSize
 	touched := map[int]bool{}
 	store := func(off int, b byte) {
@@ -53,7 +71,9 @@ func guestStores(v *vgpu.VGPU, r *rand.Rand) int {
 // memory, each live strategy (and the serial stop phase) hashes at the
 // stop only the pages the guest stored to and the engine's marks, the
 // full hash finds no page the log missed (VerifyWriteLog), the report
-// names the mechanism, and the destination's memory equals the source's.
+// names the mechanism and logs one mapping of the two (the guest's; the
+// pool's is the engine's, whose writes are marked), and the
+// destination's memory equals the source's.
 func TestGuestWritesLogged(t *testing.T) {
 	for _, c := range []struct {
 		name   string
@@ -66,6 +86,7 @@ func TestGuestWritesLogged(t *testing.T) {
 			defer cancel()
 			pa, pb := migtest.NewPool(t, 8<<20), migtest.NewPool(t, 8<<20)
 			src := migtest.NewDev(t, pa, "src", mem, 1)
+			src.Guest = guestMapping(t, src.V)
 			src.FillMemory(2)
 			dst := migtest.NewVGPU(t, pb, "dst", mem)
 			a, b := migtest.PipePair(t)
@@ -82,7 +103,7 @@ func TestGuestWritesLogged(t *testing.T) {
 				t.Fatal(err)
 			}
 			src.RunWhileLive(3) // the engine's writes: exact marks
-			stored := guestStores(src.V, rand.New(rand.NewPCG(4, 5)))
+			stored := guestStores(src.Guest, rand.New(rand.NewPCG(4, 5)))
 			rep, err := s.Stop(ctx)
 			if err != nil {
 				t.Fatal(err)
@@ -103,6 +124,9 @@ func TestGuestWritesLogged(t *testing.T) {
 			// the CPU too).
 			if rep.Stop.PagesHashed > w.Written || w.Written < stored || w.Written > stored+16 {
 				t.Fatalf("%d pages hashed, %d logged as written, %d stored to, by source %v: the log should decide", rep.Stop.PagesHashed, w.Written, stored, rep.Stop.BySource)
+			}
+			if want := "this process, 2 mapping(s)); 1 of them gmigd's own, not logged"; !strings.Contains(rep.Tracking, want) {
+				t.Errorf("tracking %q does not say %q", rep.Tracking, want)
 			}
 			if !strings.Contains(rep.String(), "tracking   uffd-wp") {
 				t.Errorf("report text lacks the tracking line:\n%s", rep)
@@ -141,7 +165,7 @@ func TestVerifyWriteLogCatchesMiss(t *testing.T) {
 	if err := s.Precopy(ctx); err != nil {
 		t.Fatal(err)
 	}
-	guestStores(src.V, rand.New(rand.NewPCG(1, 2)))
+	guestStores(src.V.Memory(), rand.New(rand.NewPCG(1, 2)))
 	if _, err := s.Stop(ctx); !errors.Is(err, ErrWriteLogMissed) {
 		t.Fatalf("Stop with a blind write log = %v, want ErrWriteLogMissed", err)
 	}

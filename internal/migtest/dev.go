@@ -25,6 +25,9 @@ type Dev struct {
 	V    *vgpu.VGPU
 	Perm []int
 	Tail uint32 // ring bytes written
+	// Guest is the aperture as the guest CPU maps it, which the test's
+	// CPU stores (Page, Ring) go through; nil: the vGPU's own memory.
+	Guest []byte
 }
 
 // Graphics pages and kernel handles the device tests use.
@@ -95,8 +98,11 @@ func (d *Dev) On(v *vgpu.VGPU) *Dev { return &Dev{T: d.T, V: v, Perm: d.Perm, Ta
 
 // Page returns graphics page g's bytes.
 func (d *Dev) Page(g int) []byte {
-	a := d.Perm[g]
-	return d.V.Memory()[a*abi.PageSize : (a+1)*abi.PageSize]
+	a, mem := d.Perm[g], d.Guest
+	if mem == nil {
+		mem = d.V.Memory()
+	}
+	return mem[a*abi.PageSize : (a+1)*abi.PageSize]
 }
 
 // Ring writes cmds into the ring after the previous ones and rings the

@@ -17,6 +17,8 @@ const (
 	ioctlUffdioAPI = 0xC018AA3F
 	// _IOWR(UFFDIO, _UFFDIO_REGISTER, struct uffdio_register): 0xAA, 0x00, 32 bytes.
 	ioctlUffdioRegister = 0xC020AA00
+	// _IOR(UFFDIO, _UFFDIO_UNREGISTER, struct uffdio_range): 0xAA, 0x01, 16 bytes.
+	ioctlUffdioUnregister = 0x8010AA01
 )
 
 // wantFeatures are the features a write log needs: write faults resolved
@@ -38,6 +40,12 @@ type uffdioRegister struct {
 	Len    uint64
 	Mode   uint64
 	Ioctls uint64
+}
+
+// uffdioRange mirrors struct uffdio_range.
+type uffdioRange struct {
+	Start uint64
+	Len   uint64
 }
 
 // From include/uapi/linux/fs.h (PAGEMAP_SCAN, Linux 6.7).

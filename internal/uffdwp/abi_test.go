@@ -15,6 +15,7 @@ func TestABISizes(t *testing.T) {
 	}{
 		{"uffdio_api", unsafe.Sizeof(uffdioAPI{}), 24, ioctlUffdioAPI},
 		{"uffdio_register", unsafe.Sizeof(uffdioRegister{}), 32, ioctlUffdioRegister},
+		{"uffdio_range", unsafe.Sizeof(uffdioRange{}), 16, ioctlUffdioUnregister},
 		{"pm_scan_arg", unsafe.Sizeof(pmScanArg{}), 96, ioctlPagemapScan},
 		{"page_region", unsafe.Sizeof(pageRegion{}), 24, 0},
 	} {

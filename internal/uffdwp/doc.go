@@ -8,7 +8,9 @@
 // so for another process (QEMU) Open has one be created in it by ptrace
 // injection (package ptinject) and takes it over; for this process
 // (pid 0) it calls userfaultfd(2) itself. Open registers every writable
-// shared mapping of the file it finds in /proc/PID/maps. Arm
+// shared mapping of the file it finds in /proc/PID/maps; in this process,
+// Exclude (before Arm) leaves out mappings whose writer marks its own
+// writes (gmigd's mapping of a vGPU's memory), so no walk covers them. Arm
 // write-protects every page (never-populated ones get markers); a write
 // to a protected page is resolved by the kernel on the spot (WP_ASYNC: no
 // handler thread, the writer never waits) and leaves the page unprotected,

@@ -32,6 +32,18 @@ func uffdRegisterIoctl(fd int, r *uffdioRegister) error {
 	return err
 }
 
+// uffdUnregisterIoctl is UFFDIO_UNREGISTER.
+func uffdUnregisterIoctl(fd int, r *uffdioRange) error {
+	_, err := ioctl(fd, ioctlUffdioUnregister, unsafe.Pointer(r))
+	return err
+}
+
+// addrOf is the address of mem's first byte in this process (0 for an
+// empty slice).
+func addrOf(mem []byte) uint64 {
+	return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(mem))))
+}
+
 // pagemapScan is PAGEMAP_SCAN on a pagemap descriptor, with vec (may be
 // empty) for the regions found; it returns how many regions it filled.
 func pagemapScan(fd int, a *pmScanArg, vec []pageRegion) (int, error) {

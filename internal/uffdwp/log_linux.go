@@ -55,7 +55,9 @@ type Log struct {
 	pagemap *os.File
 	dev     uint64 // the file's identity, to find new mappings of it
 	ino     uint64
-	ranges  []Range
+	ranges  []Range        // the mappings logged
+	left    []Range        // mappings of the file left out (Exclude)
+	armed   bool           // Arm ran: the ranges are fixed
 	pieces  []piece        // the ranges cut for the workers (splitRanges)
 	workers int            // goroutines a read spreads its walk over
 	vecs    [][]pageRegion // one PAGEMAP_SCAN buffer per worker
@@ -146,6 +148,7 @@ func (l *Log) Ranges() []Range { return slices.Clone(l.ranges) }
 // is logged. Protect first, then read: a page read for sending after Arm
 // returns and written after that read is logged.
 func (l *Log) Arm() error {
+	l.armed = true
 	errs := make([]error, len(l.pieces))
 	l.eachPiece(func(_, i int) {
 		_, errs[i] = l.walk(l.pieces[i], scanWPMatching|scanCheckWPAsync, nil, nil)
@@ -197,7 +200,7 @@ func (l *Log) checkMappings() error {
 		return err
 	}
 	for _, r := range now {
-		if !slices.Contains(l.ranges, r) {
+		if !slices.Contains(l.ranges, r) && !slices.Contains(l.left, r) {
 			return fmt.Errorf("%w: pid %d maps the file at %#x+%#x, which is not armed", ErrLost, l.pid, r.Addr, r.Len)
 		}
 	}
