@@ -15,9 +15,12 @@ package main
 import (
 	"fmt"
 	"os"
+
+	"github.com/gmig-dev/gmig/internal/keepmem"
 )
 
 func main() {
+	keepmem.Ensure() // as gmigd serve does: measure what the daemon does
 	if err := cmdBench(os.Args[1:]); err != nil {
 		fmt.Fprintf(os.Stderr, "gmig-bench: %v\n", err)
 		os.Exit(1)

@@ -24,6 +24,7 @@ import (
 	"os"
 
 	"github.com/gmig-dev/gmig/hostd"
+	"github.com/gmig-dev/gmig/internal/keepmem"
 	"github.com/gmig-dev/gmig/orchestrator"
 )
 
@@ -78,6 +79,9 @@ var commands = map[string]func([]string) error{
 }
 
 func main() {
+	if len(os.Args) > 1 && (os.Args[1] == "serve" || os.Args[1] == "demo") {
+		keepmem.Ensure() // the daemon's stop phases fault no freed heap back in
+	}
 	os.Exit(run(os.Args[1:]))
 }
 
