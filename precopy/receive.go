@@ -294,7 +294,7 @@ func (d *dest) merge() {
 	d.rep.Precopy.Duration, d.rep.Precopy.Rounds, d.rep.Precopy.Background = s.Precopy.Duration, s.Precopy.Rounds, s.Precopy.Background
 	d.rep.Stop.Quiesce, d.rep.Stop.Scan, d.rep.Stop.Transfer = s.Stop.Quiesce, s.Stop.Scan, s.Stop.Transfer
 	d.rep.Stop.BySource, d.rep.Stop.PagesHashed, d.rep.Stop.Streams = s.Stop.BySource, s.Stop.PagesHashed, s.Stop.Streams
-	d.rep.Stop.LocalPages = s.Stop.LocalPages
+	d.rep.Stop.LocalPages, d.rep.Stop.LocalMethod = s.Stop.LocalPages, s.Stop.LocalMethod
 	d.rep.HashRate, d.rep.APILog = s.HashRate, s.APILog
 }
 

@@ -72,6 +72,9 @@ func (v *VGPU) Restore(s State) error {
 	if err := v.Is(s.Spec); err != nil {
 		return fmt.Errorf("%w: %w", ErrState, err)
 	}
+	if err := v.placeLocal(s.Engine.DeviceAddrBase); err != nil {
+		return fmt.Errorf("%w: %w", ErrState, err)
+	}
 	// Check every part before changing any.
 	oldGTT := v.gtt.Save()
 	if err := v.gtt.Restore(s.GTT); err != nil {

@@ -53,7 +53,7 @@ type Config struct {
 	GPU int `json:"-"`
 	// LocalMemSize is the device-local memory (ABI 1.2,
 	// docs/device-abi.md §1.3): a multiple of 4096 bytes, 0 (the default)
-	// for none. Software back end only for now.
+	// for none. On the cuda back end it lives on the GPU alone.
 	LocalMemSize uint64 `json:"local_mem_size,omitempty"`
 }
 
@@ -178,14 +178,15 @@ func build(cfg Config, p *pool.Pool, part pool.Partition, log zerolog.Logger) (*
 		Streams: cfg.caps()&abi.CapStreams != 0,
 	})
 	v.regs = mmio.New(mmio.Config{
-		MemSize:      cfg.MemSize,
-		LocalMemSize: cfg.LocalMemSize,
-		Caps:         cfg.caps() &^ mmio.DefaultCaps,
-		Engine:       v.eng,
-		GTT:          v.gtt,
-		Notify:       v.deliver,
-		Reset:        func() { v.reset() },
-		Heartbeat:    v.heartbeat,
+		MemSize:        cfg.MemSize,
+		LocalMemSize:   cfg.LocalMemSize,
+		DeviceAddrBase: be.DeviceAddrBase,
+		Caps:           cfg.caps() &^ mmio.DefaultCaps,
+		Engine:         v.eng,
+		GTT:            v.gtt,
+		Notify:         v.deliver,
+		Reset:          func() { v.reset() },
+		Heartbeat:      v.heartbeat,
 		Interrupts: func(status, mask uint32) {
 			v.apiLog.Record(apilog.Entry{Kind: apilog.Interrupts, Handle: status, Arg: mask})
 		},
