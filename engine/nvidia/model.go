@@ -60,8 +60,17 @@ type modelDevice struct {
 // (described as model GPU 0): the NVIDIA back end on it runs everywhere,
 // for tests (engine's among them) on machines without a GPU. Each call
 // makes a device of its own.
-func NewModelGPU() *GPU {
-	d := &modelDevice{next: 0x7f0000000000, mapped: map[cuda.DevPtr]bool{}}
+func NewModelGPU() *GPU { return newModelGPU(0) }
+
+// modelSpan is how much device address space each model GPU of ModelEnv
+// allocates from (1 TiB), so that the GPUs' addresses never meet: a
+// destination on another model GPU can get a source's device addresses, as
+// a destination in another process or on another host can.
+const modelSpan = 1 << 40
+
+// newModelGPU is NewModelGPU for model GPU ordinal: its own address range.
+func newModelGPU(ordinal int) *GPU {
+	d := &modelDevice{next: 0x7f0000000000 + cuda.DevPtr(ordinal)*modelSpan, mapped: map[cuda.DevPtr]bool{}}
 	return &GPU{ops: d, model: modelInfo(0), fill: 8, fn: gpuKernels{
 		copyPieces: mCopy, fillPieces: mFill, saxpy: mSaxpy, stencil: mStencil,
 		render: mRender, hashPages: mHash, diffHashes: mDiff,
