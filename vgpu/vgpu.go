@@ -230,7 +230,10 @@ func (v *VGPU) Memory() []byte { return v.mem }
 // LocalMemory returns the vGPU's device-local memory (local page p at
 // p*4096; docs/device-abi.md §1.3), empty when it has none. It lies right
 // after Memory() in the pool mapping and is never handed to a client. Like
-// Memory, it must not be touched once Close has begun.
+// Memory, it must not be touched once Close has begun. On the cuda back
+// end local memory lives on the GPU alone: this range is not its content
+// and serves only as a migration's receive buffer (the back end's
+// LoadLocal copies it to the GPU at restore).
 func (v *VGPU) LocalMemory() []byte { return v.loc }
 
 // DeviceMemory is Memory followed by LocalMemory, as one slice: device

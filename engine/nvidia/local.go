@@ -36,6 +36,7 @@ func (b *NVIDIA) openLocal() error {
 	if b.local, err = b.dev.NewMapping(b.cfg.LocalSize, 0); err != nil {
 		return fmt.Errorf("nvidia: mapping %d bytes of device-local memory: %w", b.cfg.LocalSize, err)
 	}
+	b.localBase.Store(uint64(b.local.Addr()))
 	var ps []nvPiece
 	base := uint64(b.local.Addr())
 	for o := uint64(0); o < b.cfg.LocalSize; o += maxPiece {
@@ -82,13 +83,9 @@ func (b *NVIDIA) LocalSize() uint64 { return b.cfg.LocalSize }
 
 // DeviceAddrBase implements engine.Backend: the device address of
 // device-local byte 0 (2 MiB aligned: the reservation's alignment is the
-// allocation granularity), 0 without local memory.
-func (b *NVIDIA) DeviceAddrBase() uint64 {
-	if b.local == nil {
-		return 0
-	}
-	return uint64(b.local.Addr())
-}
+// allocation granularity), 0 without local memory. Unlike the other
+// methods it may be called from any goroutine (the register file's).
+func (b *NVIDIA) DeviceAddrBase() uint64 { return b.localBase.Load() }
 
 // PlaceLocal moves device-local memory to device address addr without
 // copying (the same physical memory, mapped there), for a restore that
@@ -112,6 +109,7 @@ func (b *NVIDIA) PlaceLocal(addr uint64) error {
 	if !moved {
 		return fmt.Errorf("%w: %#x (local memory stays at %#x)", ErrDeviceAddr, addr, from)
 	}
+	b.localBase.Store(addr)
 	b.log.Info().Uint64("from", from).Uint64("base", addr).Msg("nvidia: device-local memory placed")
 	return nil
 }

@@ -97,7 +97,7 @@ func (t *LocalTracker) Snapshot(first, n int, buf []byte) error {
 	if first < 0 || n < 0 || first+n > t.pages || len(buf) < n*pageBytes {
 		return fmt.Errorf("nvidia: local snapshot of pages [%d, +%d) of %d into %d bytes", first, n, t.pages, len(buf))
 	}
-	base := uint64(t.b.local.Addr())
+	base := t.b.DeviceAddrBase()
 	for done := 0; done < n; {
 		k := min(n-done, stagePages)
 		p := first + done
@@ -124,7 +124,7 @@ func (t *LocalTracker) Snapshot(first, n int, buf []byte) error {
 // never snapshotted. Call it with the engine quiesced.
 func (t *LocalTracker) Changed() ([]int, error) {
 	n := uint64(t.pages)
-	if err := t.hash(uint64(t.b.local.Addr()), n, uint64(t.now)); err != nil {
+	if err := t.hash(t.b.DeviceAddrBase(), n, uint64(t.now)); err != nil {
 		return nil, err
 	}
 	words := u32Words(t.listRaw)
@@ -163,7 +163,7 @@ func (t *LocalTracker) Read(pages []int, buf []byte) error {
 			return fmt.Errorf("nvidia: local page %d out of range [0, %d)", p, t.pages)
 		}
 	}
-	base := uint64(t.b.local.Addr())
+	base := t.b.DeviceAddrBase()
 	for done := 0; done < len(pages); {
 		k := min(len(pages)-done, stagePages)
 		var ps []nvPiece
@@ -251,7 +251,7 @@ func (b *NVIDIA) LoadLocal(src []byte) error {
 	if uint64(len(src)) != b.cfg.LocalSize || b.local == nil {
 		return fmt.Errorf("nvidia: loading %d bytes into %d of device-local memory", len(src), b.cfg.LocalSize)
 	}
-	base := uint64(b.local.Addr())
+	base := b.DeviceAddrBase()
 	for off := 0; off < len(src); off += stageBytes {
 		end := min(len(src), off+stageBytes)
 		if err := b.dev.CopyHtoD(cuda.DevPtr(base+uint64(off)), src[off:end], b.stream); err != nil {

@@ -89,6 +89,9 @@ type NVIDIA struct {
 	mirror gpuMapping  // graphics memory on the device
 	pend   *pending
 	local  gpuMapping // device-local memory (nil without): local.go
+	// localBase is local's device address, for DeviceAddrBase from any
+	// goroutine (the register file's) while a restore may move it.
+	localBase atomic.Uint64
 
 	table    []nvPiece // pinned, device-mapped piece table
 	tableRaw []byte
