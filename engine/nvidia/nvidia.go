@@ -74,9 +74,12 @@ type NVIDIAStats struct {
 // aperture order in a virtual-memory-API mapping, where commands write.
 // Inputs are read from the window over PCIe (or from the mirror where a
 // command's output is still pending); outputs stay in the mirror until
-// written back (WriteBack).
+// written back (WriteBack). Device-local memory, if the vGPU has any,
+// lives once, on the device (local.go).
 //
-// Like every Backend it is used by one goroutine at a time (the engine's).
+// Like every Backend it is used by one goroutine at a time (the engine's),
+// except DeviceAddrBase, and a LocalTracker, which runs beside it
+// (localmig.go).
 type NVIDIA struct {
 	g    *GPU
 	dev  gpuDevice
