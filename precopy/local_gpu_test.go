@@ -3,6 +3,8 @@ package precopy
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -46,17 +48,38 @@ func gpuLocal(t *testing.T, v *vgpu.VGPU) []byte {
 // hash (the report says gpu-hash), the destination's DEVICE_ADDR_BASE is
 // the source's, the pool's local range is never touched on the source,
 // and the guest reaches the kernel's bytes on the destination.
+//
+// It runs with the stop phase on one stream and on three, and with the
+// destination copying arrived local pages to its GPU every 8 pages (so
+// during the pre-copy too, and pages sent twice are copied twice).
 func TestGPULocalMemoryMigrates(t *testing.T) {
+	save := flushPages
+	flushPages = 8
+	defer func() { flushPages = save }()
+	for _, k := range []int{1, 3} {
+		t.Run(fmt.Sprintf("streams=%d", k), func(t *testing.T) { testGPULocalMigrates(t, k) })
+	}
+}
+
+func testGPULocalMigrates(t *testing.T, k int) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	src, dst := cudaLocalPair(t)
 	vm, ga := localGuest(ctx, t, src)
 	d := vm.Driver()
 	a, b := migtest.TCPPair(t)
-	recv := receive(ctx, b, dst.V, Options{Log: migtest.Log})
+	extra, next := streamPairs(t, k)
+	recv := receive(ctx, b, dst.V, Options{NextStream: next, Log: migtest.Log})
 	s, err := NewSource(src.V, a, Options{Strategy: OneShot, Workers: 2, SerialStop: true, Log: migtest.Log})
 	must(t, err)
 	defer s.Close()
+	conns := make([]io.ReadWriter, len(extra))
+	for i, c := range extra {
+		conns[i] = c
+	}
+	if k > 1 {
+		must(t, s.AddStreams(conns...))
+	}
 	must(t, s.Precopy(ctx))
 
 	const pg = stream.PageSize
@@ -73,6 +96,9 @@ func TestGPULocalMemoryMigrates(t *testing.T) {
 	r := <-recv
 	must(t, r.err)
 
+	if rep.Stop.Streams != k {
+		t.Errorf("stop phase on %d streams, want %d", rep.Stop.Streams, k)
+	}
 	if rep.Stop.LocalPages != 5 || r.rep.Stop.LocalPages != 5 {
 		t.Errorf("local pages sent at the stop: source %d, destination %d; want exactly 5", rep.Stop.LocalPages, r.rep.Stop.LocalPages)
 	}

@@ -95,16 +95,3 @@ func (v *VGPU) placeLocal(addr uint64) error {
 	}
 	return nil
 }
-
-// loadLocal copies the device-local pages a migration stored in the
-// pool's local range (LocalMemory, the receive buffer) into the CUDA
-// back end's local memory on the GPU, where the vGPU's local memory lives.
-func (v *VGPU) loadLocal() error {
-	if v.gpu == nil || len(v.loc) == 0 {
-		return nil
-	}
-	if err := v.gpu.LoadLocal(v.loc); err != nil {
-		return fmt.Errorf("vgpu %s: %w", v.cfg.Name, err)
-	}
-	return nil
-}

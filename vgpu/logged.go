@@ -89,9 +89,6 @@ func (v *VGPU) RestoreMigrated(m Migrated) error {
 	if err := v.Restore(m.State); err != nil {
 		return err
 	}
-	if err := v.loadLocal(); err != nil {
-		return fmt.Errorf("%w: %w", ErrState, err)
-	}
 	v.apiLog.Reset()
 	for _, es := range [][]apilog.Entry{m.Device, m.FrontEnd} {
 		for _, e := range es {

@@ -232,8 +232,8 @@ func (v *VGPU) Memory() []byte { return v.mem }
 // after Memory() in the pool mapping and is never handed to a client. Like
 // Memory, it must not be touched once Close has begun. On the cuda back
 // end local memory lives on the GPU alone: this range is not its content
-// and serves only as a migration's receive buffer (the back end's
-// LoadLocal copies it to the GPU at restore).
+// and serves only as a migration's receive buffer (whose pages the
+// receiver copies to the GPU with the back end's LoadLocal).
 func (v *VGPU) LocalMemory() []byte { return v.loc }
 
 // DeviceMemory is Memory followed by LocalMemory, as one slice: device

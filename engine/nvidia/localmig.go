@@ -244,17 +244,17 @@ func (t *LocalTracker) Close() error {
 	return first
 }
 
-// LoadLocal copies src (LocalSize bytes: a migration's received local
-// pages) into device-local memory and waits. Call it with the engine
-// quiesced.
-func (b *NVIDIA) LoadLocal(src []byte) error {
-	if uint64(len(src)) != b.cfg.LocalSize || b.local == nil {
-		return fmt.Errorf("nvidia: loading %d bytes into %d of device-local memory", len(src), b.cfg.LocalSize)
+// LoadLocal copies src into device-local memory at byte off (a
+// migration's received local pages) and waits. Call it with the engine
+// quiesced (a destination's is).
+func (b *NVIDIA) LoadLocal(off uint64, src []byte) error {
+	if b.local == nil || off > b.cfg.LocalSize || uint64(len(src)) > b.cfg.LocalSize-off {
+		return fmt.Errorf("nvidia: loading %d bytes at %#x into %d of device-local memory", len(src), off, b.cfg.LocalSize)
 	}
-	base := b.DeviceAddrBase()
-	for off := 0; off < len(src); off += stageBytes {
-		end := min(len(src), off+stageBytes)
-		if err := b.dev.CopyHtoD(cuda.DevPtr(base+uint64(off)), src[off:end], b.stream); err != nil {
+	base := b.DeviceAddrBase() + off
+	for o := 0; o < len(src); o += stageBytes {
+		end := min(len(src), o+stageBytes)
+		if err := b.dev.CopyHtoD(cuda.DevPtr(base+uint64(o)), src[o:end], b.stream); err != nil {
 			return fmt.Errorf("nvidia: loading device-local memory: %w", err)
 		}
 	}
