@@ -6,10 +6,13 @@ import (
 )
 
 // Marks is the dirty set of memory that only the engine writes: a vGPU's
-// device-local memory (docs/device-abi.md §1.3). No guest CPU store
-// reaches it, so the engine's writes (engine.Events.Wrote) are every
-// change and the marks are exact: a migration's stop phase sends the
-// marked pages and hashes none, whatever the memory's size. It is the
+// device-local memory on the software back end (docs/device-abi.md §1.3).
+// No guest CPU store reaches it, so the engine's writes
+// (engine.Events.Wrote) are every change and the marks are exact: a
+// migration's stop phase sends the marked pages and hashes none, whatever
+// the memory's size. (On the NVIDIA back end guest kernels write local
+// memory where the engine cannot see: there the GPU page hash finds the
+// changes, not marks.) It is the
 // Tracker's engine bitmap without the hashes, and safe for concurrent use
 // the same way (atomics, no locks).
 type Marks struct {

@@ -80,6 +80,11 @@ type Backend interface {
 	// device pointers stored in graphics memory stay valid. Back ends
 	// without device addresses return 0.
 	Place(va uint64) (uint64, error)
+	// DeviceAddrBase is the device address of device-local byte 0
+	// (RegDeviceAddrBase, ABI 1.3, docs/device-abi.md §1.4), 2 MiB
+	// aligned and stable for the back end's life; 0 when the vGPU has no
+	// device-local memory.
+	DeviceAddrBase() uint64
 }
 
 // Grid is the shape of a LAUNCH_GRID (docs/device-abi.md §6.10), as

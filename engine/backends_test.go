@@ -38,12 +38,37 @@ func randSpecialFloats(rng *rand.Rand, b []byte) {
 // memory; seed varies the operations), and requires the same bytes: after
 // every Read, and of the whole memory after every Sync.
 func runDifferential(t *testing.T, newB func(t testing.TB, window []byte) Backend, win []byte, seed uint64) {
+	runDifferentialLocal(t, func(t testing.TB, w []byte, _ uint64) Backend { return newB(t, w) }, win, 0, seed)
+}
+
+// runDifferentialLocal is runDifferential over win followed by local bytes
+// of device-local memory (ABI 1.2), which newB's back end keeps where it
+// likes (extents from len(win) on name it; it starts zeroed, as the
+// software back end's): operations place their extents in both, and the
+// local bytes are compared through Read.
+func runDifferentialLocal(t *testing.T, newB func(t testing.TB, window []byte, local uint64) Backend, win []byte, local, seed uint64) {
 	size := uint64(len(win))
 	rng := rand.New(rand.NewPCG(42, seed))
-	swMem := make([]byte, size)
-	randSpecialFloats(rng, swMem)
+	swMem := make([]byte, size+local)
+	randSpecialFloats(rng, swMem[:size])
 	copy(win, swMem)
-	sw, nv := NewSoftware(swMem), newB(t, win)
+	sw, nv := NewSoftware(swMem), newB(t, win, local)
+	same := func(round int) {
+		t.Helper()
+		if i := firstDiffAt(swMem[:size], win); i >= 0 {
+			t.Fatalf("round %d: memory differs at %#x: software %#x, %s %#x", round, i, swMem[i], nv.Name(), win[i])
+		}
+		if local == 0 {
+			return
+		}
+		got := make([]byte, local)
+		if err := nv.Read(got, []gtt.Extent{{Off: size, Len: local}}); err != nil {
+			t.Fatal(err)
+		}
+		if i := firstDiffAt(swMem[size:], got); i >= 0 {
+			t.Fatalf("round %d: local memory differs at %#x: software %#x, %s %#x", round, i, swMem[size+uint64(i)], nv.Name(), got[i])
+		}
+	}
 	both := func(name string, f func(Backend) error) {
 		t.Helper()
 		e1, e2 := f(sw), f(nv)
@@ -52,7 +77,7 @@ func runDifferential(t *testing.T, newB func(t testing.TB, window []byte) Backen
 		}
 	}
 	for round := range 300 {
-		pl := newPlacer(rng, size)
+		pl := newPlacer(rng, size+local)
 		switch op := rng.IntN(9); op {
 		case 0: // copy, disjoint or overlapping
 			n := 1 + rng.Uint64N(50000)
@@ -109,17 +134,13 @@ func runDifferential(t *testing.T, newB func(t testing.TB, window []byte) Backen
 			if err := nv.Sync(); err != nil {
 				t.Fatal(err)
 			}
-			if i := firstDiffAt(swMem, win); i >= 0 {
-				t.Fatalf("round %d: memory differs at %#x: software %#x, %s %#x", round, i, swMem[i], nv.Name(), win[i])
-			}
+			same(round)
 		}
 	}
 	if err := nv.Sync(); err != nil {
 		t.Fatal(err)
 	}
-	if i := firstDiffAt(swMem, win); i >= 0 {
-		t.Fatalf("memory differs at %#x", i)
-	}
+	same(300)
 }
 
 func firstDiffAt(a, b []byte) int {

@@ -15,6 +15,16 @@ func RunDifferential(t *testing.T, newB NewBackend, win []byte, seed uint64) {
 	runDifferential(t, newB, win, seed)
 }
 
+// NewLocalBackend makes a back end over window followed by local bytes of
+// device-local memory (extents from len(window) on), for t.
+type NewLocalBackend func(t testing.TB, window []byte, local uint64) Backend
+
+// RunLocalDifferential is RunDifferential with local bytes of device-local
+// memory after win, which operations reach too.
+func RunLocalDifferential(t *testing.T, newB NewLocalBackend, win []byte, local, seed uint64) {
+	runDifferentialLocal(t, newB, win, local, seed)
+}
+
 // RunEngineModel is runEngineModel on newB's back end.
 func RunEngineModel(t *testing.T, newB NewBackend) { runEngineModel(t, withBackend(newB)) }
 

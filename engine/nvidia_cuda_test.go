@@ -54,6 +54,18 @@ func TestNVIDIAMatchesSoftware(t *testing.T) {
 	runDifferential(t, g, win)
 }
 
+// TestNVIDIALocalMatchesSoftware: the differential check with device-local
+// memory on the GPU beside the window.
+func TestNVIDIALocalMatchesSoftware(t *testing.T) {
+	g := testGPU(t)
+	win, err := unix.Mmap(-1, 0, 4<<20, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Munmap(win) })
+	runLocalDifferential(t, g, win)
+}
+
 // TestNVIDIAEngineModel: the engine's model test on the GPU.
 func TestNVIDIAEngineModel(t *testing.T) { engine.RunEngineModel(t, onNVIDIA(testGPU(t), false)) }
 

@@ -56,6 +56,39 @@ func TestNVIDIAModelMatchesSoftware(t *testing.T) {
 	runDifferential(t, nvidia.NewModelGPU(), make([]byte, 8<<20))
 }
 
+// runLocalDifferential is engine.RunLocalDifferential on g: 2 MiB of
+// device-local memory on the GPU beside win, under both write-back
+// policies (copies between the aperture and local memory go through the
+// aperture's pending ranges).
+func runLocalDifferential(t *testing.T, g *nvidia.GPU, win []byte) {
+	for _, wb := range []nvidia.WriteBack{nvidia.WriteBackFence, nvidia.WriteBackCommand} {
+		t.Run(fmt.Sprint("writeback", wb), func(t *testing.T) {
+			engine.RunLocalDifferential(t, func(t testing.TB, window []byte, local uint64) engine.Backend {
+				b, err := nvidia.NewNVIDIA(nvidia.NVIDIAConfig{GPU: g, Window: window, LocalSize: local, WriteBack: wb})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() {
+					if err := b.Close(); err != nil {
+						t.Errorf("Close: %v", err)
+					}
+				})
+				if a := b.DeviceAddrBase(); a == 0 || a%(2<<20) != 0 {
+					t.Fatalf("DeviceAddrBase %#x, want a nonzero 2 MiB multiple", a)
+				}
+				return b
+			}, win, 2<<20, 10+uint64(wb))
+		})
+	}
+}
+
+// TestNVIDIAModelLocalMatchesSoftware: commands over device-local memory
+// (and between it and the aperture) on the NVIDIA back end leave the same
+// bytes as on the software back end.
+func TestNVIDIAModelLocalMatchesSoftware(t *testing.T) {
+	runLocalDifferential(t, nvidia.NewModelGPU(), make([]byte, 4<<20))
+}
+
 func TestNVIDIAModelEngine(t *testing.T) {
 	engine.RunEngineModel(t, onNVIDIA(nvidia.NewModelGPU(), false))
 }

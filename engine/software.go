@@ -19,13 +19,30 @@ const (
 // output is written and outputs are written in graphics-address order, so
 // the result does not depend on chunking.
 type software struct {
-	mem     []byte
-	scratch []float32
+	mem      []byte
+	scratch  []float32
+	addrBase uint64 // DeviceAddrBase: SoftwareDeviceAddrBase with local memory, else 0
 }
+
+// SoftwareDeviceAddrBase is the software back end's device address of
+// device-local byte 0 (RegDeviceAddrBase, ABI 1.3): a fixed value, 2 MiB
+// aligned, the same on every host, so that save/restore and migration keep
+// it (docs/device-abi.md §1.4). 1<<44 lies above every address a guest's
+// own 48-bit user space would use for host pointers it stores beside it.
+const SoftwareDeviceAddrBase = 1 << 44
 
 // NewSoftware returns the software back end over mem, the whole host pool
 // mapping; extents are byte offsets into mem.
 func NewSoftware(mem []byte) Backend { return &software{mem: mem} }
+
+// NewSoftwareLocal is NewSoftware for a vGPU with device-local memory
+// (its extents lie in mem too): DeviceAddrBase reports
+// SoftwareDeviceAddrBase.
+func NewSoftwareLocal(mem []byte) Backend {
+	return &software{mem: mem, addrBase: SoftwareDeviceAddrBase}
+}
+
+func (s *software) DeviceAddrBase() uint64 { return s.addrBase }
 
 func (s *software) Name() string { return "software" }
 func (s *software) Sync() error  { return nil }

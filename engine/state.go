@@ -2,6 +2,7 @@ package engine
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -27,10 +28,22 @@ type State struct {
 	// virtual addresses (0: no device addresses); a restoring engine asks
 	// its back end for the same address (Backend.Place).
 	DeviceVA uint64
+	// DeviceAddrBase is the device address of device-local byte 0
+	// (Backend.DeviceAddrBase, ABI 1.3; 0 without local memory). A
+	// restoring engine's back end must already be there (the vGPU asks its
+	// back end for it first): Restore refuses another value with
+	// ErrDeviceAddr.
+	DeviceAddrBase uint64
 	// Streams are the streams with a fence or an error (ABI 1.2,
 	// Config.Streams), by id.
 	Streams []StreamState
 }
+
+// ErrDeviceAddr reports a state whose device-local memory is at another
+// device address than the restoring back end's (RegDeviceAddrBase must not
+// change under the guest, ABI 1.3): the back end could not be placed there,
+// so the restore, and a migration with it, is refused.
+var ErrDeviceAddr = errors.New("engine: device-local memory is not at the saved device address")
 
 // KernelObject is one loaded kernel object (§6.5).
 type KernelObject struct {
@@ -68,6 +81,7 @@ func (e *Engine) Save() (State, error) {
 		s.Modules = sortedModules(e.modules)
 	}
 	s.DeviceVA = va
+	s.DeviceAddrBase = e.cfg.Backend.DeviceAddrBase()
 	s.Streams = e.r.saveStreams()
 	return s, nil
 }
@@ -149,6 +163,10 @@ func (e *Engine) Restore(s State) error {
 	}
 	if len(s.Streams) > 0 && !e.cfg.Streams {
 		return fmt.Errorf("%w: %d streams for an engine without streams", ErrBadState, len(s.Streams))
+	}
+	if have := e.cfg.Backend.DeviceAddrBase(); have != s.DeviceAddrBase {
+		return fmt.Errorf("%w: %w: device-local memory at %#x, the state's is at %#x",
+			ErrBadState, ErrDeviceAddr, have, s.DeviceAddrBase)
 	}
 	e.mu.Lock()
 	err := e.checkQuiescedLocked()

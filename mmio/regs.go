@@ -34,6 +34,10 @@ type Config struct {
 	// LocalMemSize is the device-local memory LOCAL_MEM_SIZE reads (ABI
 	// 1.2); 0 on a vGPU without it, which reads 0 there as before.
 	LocalMemSize uint64
+	// DeviceAddrBase, if set, answers DEVICE_ADDR_BASE (ABI 1.3): the
+	// back end's device address of device-local byte 0, which a restore
+	// may change (engine.Backend.DeviceAddrBase). Unset reads 0.
+	DeviceAddrBase func() uint64
 	// Caps are CAPS bits beyond DefaultCaps that this vGPU's back end
 	// offers (abi.CapModules).
 	Caps   uint32
@@ -99,6 +103,12 @@ var registers = map[uint32]register{
 	abi.RegCaps:         {read: func(f *RegisterFile) uint64 { return uint64(DefaultCaps | f.cfg.Caps) }},
 	abi.RegMemSize:      {wide: true, read: func(f *RegisterFile) uint64 { return f.cfg.MemSize }},
 	abi.RegLocalMemSize: {wide: true, read: func(f *RegisterFile) uint64 { return f.cfg.LocalMemSize }},
+	abi.RegDeviceAddrBase: {wide: true, read: func(f *RegisterFile) uint64 {
+		if f.cfg.DeviceAddrBase == nil {
+			return 0
+		}
+		return f.cfg.DeviceAddrBase()
+	}},
 	abi.RegGTTEntries: {read: func(f *RegisterFile) uint64 {
 		return uint64(f.cfg.GTT.Entries())
 	}},

@@ -2,39 +2,79 @@ package precopy
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"sync"
 
 	"github.com/gmig-dev/gmig/dirty"
+	"github.com/gmig-dev/gmig/engine/nvidia"
+	"github.com/gmig-dev/gmig/vgpu"
 )
 
 // Device-local memory (docs/device-abi.md §1.3) travels in the same
 // PageBatch sections as graphics memory, as device pages numbered after
 // the graphics pages (vgpu.DeviceMemory; docs/migration-stream.md §4).
-// Only the engine writes it, so its dirty set is exact (dirty.Marks, fed
-// by the same vgpu.ObserveWrites hook): the live phase sends it once, the
-// stop phase sends exactly the marked pages and hashes none of it.
+// How its changed pages are found depends on where it lives:
+//   - software back end: in the pool (vgpu.LocalMemory), written by the
+//     engine alone, so its dirty set is exact (dirty.Marks, fed by the
+//     same vgpu.ObserveWrites hook): the live phase sends it once, the stop
+//     phase sends exactly the marked pages and hashes none of it;
+//   - NVIDIA back end: on the GPU alone, where guest kernels write it
+//     behind the engine's back (LAUNCH_GRID), so marks cannot say: the
+//     back end reads it (localPages, nvidia.LocalTracker) and the stop
+//     phase hashes it on the GPU, sending the pages whose hash changed.
+
+// localPages is device-local memory a back end keeps where the host
+// cannot read it, read through the back end and checked by hashing
+// (nvidia.LocalTracker implements it).
+type localPages interface {
+	// Snapshot copies pages [first, first+n) into buf and records the
+	// hashes of exactly those bytes (while the VM runs).
+	Snapshot(first, n int, buf []byte) error
+	// Changed returns the pages whose content differs from what Snapshot
+	// recorded (every page never snapshotted), ascending (VM stopped).
+	Changed() ([]int, error)
+	// Read copies the listed pages, in order, into buf.
+	Read(pages []int, buf []byte) error
+	Close() error
+}
+
+// errLocalClosed reports a use of local memory's reader after the
+// migration ended.
+var errLocalClosed = errors.New("precopy: device-local memory's reader is closed")
 
 // localState is a Source's device-local memory; nil marks without any.
 type localState struct {
-	marks *dirty.Marks
-	mem   []byte // vgpu.LocalMemory
-	dev   []byte // vgpu.DeviceMemory: graphics memory, then local memory
-	first int    // device page number of local page 0: graphics memory's pages
+	n      int          // local pages
+	marks  *dirty.Marks // software back end; nil with gpu
+	method string       // how changed pages are found, for the report
+	mem    []byte       // vgpu.LocalMemory (software back end)
+	dev    []byte       // vgpu.DeviceMemory: graphics memory, then local memory
+	first  int          // device page number of local page 0: graphics memory's pages
+
+	mu  sync.Mutex // orders gpu's use against close (a rollback may race a pre-copy)
+	gpu localPages // NVIDIA back end; nil with marks
 }
 
-// newLocal returns the local state of a vGPU with dev as its device memory
-// and graphics memory of graphicsPages pages, or nil when it has no local
-// memory.
-func newLocal(dev []byte, graphicsPages int) *localState {
+// newLocal returns the local state of v, whose graphics memory has
+// graphicsPages pages, or nil when it has no local memory.
+func newLocal(v *vgpu.VGPU, graphicsPages int) (*localState, error) {
+	dev := v.DeviceMemory()
 	n := len(dev)/dirty.PageSize - graphicsPages
 	if n <= 0 {
-		return nil
+		return nil, nil
 	}
-	return &localState{
-		marks: dirty.NewMarks(n),
-		mem:   dev[graphicsPages*dirty.PageSize:],
-		dev:   dev,
-		first: graphicsPages,
+	l := &localState{n: n, mem: dev[graphicsPages*dirty.PageSize:], dev: dev, first: graphicsPages}
+	if g := v.GPU(); g != nil && g.LocalSize() > 0 {
+		t, err := g.NewLocalTracker()
+		if err != nil {
+			return nil, fmt.Errorf("precopy: device-local memory: %w", err)
+		}
+		l.gpu, l.method = t, fmt.Sprintf("%s %s", nvidia.LocalMethod, sizeString(g.LocalSize()))
+		return l, nil
 	}
+	l.marks, l.method = dirty.NewMarks(n), "engine marks"
+	return l, nil
 }
 
 // pages is the number of local pages (0 for none).
@@ -42,14 +82,40 @@ func (l *localState) pages() int {
 	if l == nil {
 		return 0
 	}
-	return l.marks.Pages()
+	return l.n
+}
+
+// withGPU runs f on the back end's reader unless close has run.
+func (l *localState) withGPU(f func(localPages) error) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.gpu == nil {
+		return errLocalClosed
+	}
+	return f(l.gpu)
+}
+
+// close releases the back end's reader, if any.
+func (l *localState) close() error {
+	if l == nil {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.gpu == nil {
+		return nil
+	}
+	err := l.gpu.Close()
+	l.gpu = nil
+	return err
 }
 
 // writeHook is the engine-write hook (vgpu.ObserveWrites, offsets in
 // device memory): the graphics part to the tracker, the local part, if
-// any, to l's marks.
+// any, to l's marks (none on the NVIDIA back end: hashing finds its
+// changes).
 func writeHook(tr *dirty.Tracker, l *localState) func(off, n uint64) {
-	if l == nil {
+	if l == nil || l.marks == nil {
 		return tr.MarkWritten
 	}
 	base := uint64(l.first) * dirty.PageSize
@@ -77,10 +143,16 @@ func (s *Source) sendLocalLive(ctx context.Context) error {
 			pages[i] = lo + i
 			idx[i] = uint32(l.first + lo + i)
 		}
-		if err := l.marks.CopyClear(pages, l.mem, s.copies); err != nil {
+		var err error
+		if l.marks != nil {
+			err = l.marks.CopyClear(pages, l.mem, s.copies)
+		} else {
+			err = l.withGPU(func(g localPages) error { return g.Snapshot(lo, len(pages), s.copies) })
+		}
+		if err != nil {
 			return err
 		}
-		_, err := s.w.WriteCopies(idx, s.copies[:len(pages)*dirty.PageSize], nil)
+		_, err = s.w.WriteCopies(idx, s.copies[:len(pages)*dirty.PageSize], nil)
 		s.noteSent()
 		if err != nil {
 			return err
@@ -89,11 +161,11 @@ func (s *Source) sendLocalLive(ctx context.Context) error {
 	return nil
 }
 
-// sendLocalStop sends, with the VM stopped, the local pages the engine
-// wrote since they were sent (every one for stop-and-copy, which sent
-// none), straight from the frozen memory, and counts them in rep as
-// engine-marked dirty pages (Unrecorded for stop-and-copy), hashing none
-// to find them.
+// sendLocalStop sends, with the VM stopped, the local pages that changed
+// since they were sent (every one for stop-and-copy, which sent none) and
+// counts them in rep: engine-marked pages straight from the frozen memory
+// on the software back end, hashing none; on the NVIDIA back end the pages
+// whose GPU hash changed (dirty.Hash), read back over PCIe.
 func (s *Source) sendLocalStop(rep *Report) error {
 	l := s.local
 	if l == nil {
@@ -101,22 +173,59 @@ func (s *Source) sendLocalStop(rep *Report) error {
 	}
 	var pages []int
 	src := dirty.Engine
-	if s.opts.Strategy == StopCopy {
+	switch {
+	case s.opts.Strategy == StopCopy:
 		pages, src = make([]int, l.pages()), dirty.Unrecorded
 		for i := range pages {
 			pages[i] = i
 		}
-	} else {
+	case l.marks != nil:
 		pages = l.marks.Marked()
+	default:
+		src = dirty.Hash
+		if err := l.withGPU(func(g localPages) (err error) { pages, err = g.Changed(); return err }); err != nil {
+			return err
+		}
 	}
-	idx := make([]uint32, len(pages))
-	for i, p := range pages {
-		idx[i] = uint32(l.first + p)
-	}
-	_, err := s.w.WritePages(idx, l.dev, nil)
-	s.noteSent()
 	rep.Stop.LocalPages = len(pages)
+	rep.Stop.LocalMethod = l.method
 	rep.Stop.DirtyPages += len(pages)
 	rep.Stop.BySource[src] += len(pages)
-	return err
+	s.log.Info().Str("method", l.method).Int("pages", l.pages()).Int("dirty", len(pages)).Msg("device-local pages to send at the stop")
+	if l.marks != nil {
+		idx := make([]uint32, len(pages))
+		for i, p := range pages {
+			idx[i] = uint32(l.first + p)
+		}
+		_, err := s.w.WritePages(idx, l.dev, nil)
+		s.noteSent()
+		return err
+	}
+	for lo := 0; lo < len(pages); lo += liveBatch {
+		batch := pages[lo:min(len(pages), lo+liveBatch)]
+		idx := s.idx[:len(batch)]
+		for i, p := range batch {
+			idx[i] = uint32(l.first + p)
+		}
+		if err := l.withGPU(func(g localPages) error { return g.Read(batch, s.copies) }); err != nil {
+			return err
+		}
+		_, err := s.w.WriteCopies(idx, s.copies[:len(batch)*dirty.PageSize], nil)
+		s.noteSent()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sizeString says n bytes in the largest binary unit that divides it.
+func sizeString(n uint64) string {
+	switch {
+	case n%(1<<30) == 0:
+		return fmt.Sprintf("%d GiB", n>>30)
+	case n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	}
+	return fmt.Sprintf("%d KiB", n>>10)
 }

@@ -26,12 +26,18 @@ const (
 // offsets.
 func localVGPU(t *testing.T, name string, pad uint64) *migtest.Served {
 	t.Helper()
+	return localVGPUOn(t, vgpu.Config{Name: name}, pad)
+}
+
+// localVGPUOn is localVGPU with c's name, back end and GPU.
+func localVGPUOn(t *testing.T, c vgpu.Config, pad uint64) *migtest.Served {
+	t.Helper()
 	p := migtest.NewPool(t, 4*localGfx)
 	if pad > 0 {
-		migtest.NewVGPUConfig(t, p, vgpu.Config{Name: name + "-pad", MemSize: pad, GTTEntries: 16})
+		migtest.NewVGPUConfig(t, p, vgpu.Config{Name: c.Name + "-pad", MemSize: pad, GTTEntries: 16})
 	}
-	return migtest.Serve(t, migtest.NewVGPUConfig(t, p, vgpu.Config{
-		Name: name, MemSize: localGfx, GTTEntries: 1024, LocalMemSize: localBytes}))
+	c.MemSize, c.GTTEntries, c.LocalMemSize = localGfx, 1024, localBytes
+	return migtest.Serve(t, migtest.NewVGPUConfig(t, p, c))
 }
 
 // localGuest is a guest that allocated 32 pages of local memory and wrote

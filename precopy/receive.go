@@ -97,6 +97,7 @@ var receiveWorkers = min(4, max(2, runtime.GOMAXPROCS(0)/2))
 
 // dest is one Receive's state.
 type dest struct {
+	local   *localSink // device-local pages bound for the GPU; nil without
 	conn    io.Reader
 	verdict io.Writer // nil: no verdict
 	v       *vgpu.VGPU
@@ -148,6 +149,9 @@ func (d *dest) receive(ctx context.Context) (err error) {
 		return err
 	}
 	mem := d.v.DeviceMemory() // graphics pages, then device-local pages
+	if d.local = newLocalSink(d.v); d.local != nil {
+		r.SetClaim(d.local.claim(nil)) // local pages go on to the GPU (local_dest.go)
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -162,6 +166,14 @@ func (d *dest) receive(ctx context.Context) (err error) {
 		if err := d.section(sec, r.Stats()); err != nil {
 			return err
 		}
+		if !d.stopped && d.local.due() {
+			if err := r.Wait(); err != nil {
+				return fmt.Errorf("precopy: %w", err)
+			}
+			if err := d.local.flush(); err != nil {
+				return err
+			}
+		}
 		if m := d.stopMeta; m != nil {
 			d.stopMeta = nil
 			if err := d.startShards(ctx, r, *m); err != nil {
@@ -171,6 +183,9 @@ func (d *dest) receive(ctx context.Context) (err error) {
 	}
 	if err := d.waitShards(); err != nil {
 		return err
+	}
+	if err := r.Wait(); err != nil { // every page stored (restore loads local ones)
+		return fmt.Errorf("precopy: %w", err)
 	}
 	if d.state == nil || !d.sawDevLog || !d.sawFrontEnd {
 		return errors.New("precopy: stream ended without DeviceState, APILog and FrontEnd")
@@ -294,7 +309,7 @@ func (d *dest) merge() {
 	d.rep.Precopy.Duration, d.rep.Precopy.Rounds, d.rep.Precopy.Background = s.Precopy.Duration, s.Precopy.Rounds, s.Precopy.Background
 	d.rep.Stop.Quiesce, d.rep.Stop.Scan, d.rep.Stop.Transfer = s.Stop.Quiesce, s.Stop.Scan, s.Stop.Transfer
 	d.rep.Stop.BySource, d.rep.Stop.PagesHashed, d.rep.Stop.Streams = s.Stop.BySource, s.Stop.PagesHashed, s.Stop.Streams
-	d.rep.Stop.LocalPages = s.Stop.LocalPages
+	d.rep.Stop.LocalPages, d.rep.Stop.LocalMethod = s.Stop.LocalPages, s.Stop.LocalMethod
 	d.rep.HashRate, d.rep.APILog = s.HashRate, s.APILog
 }
 
@@ -322,6 +337,9 @@ func (d *dest) restore() error {
 	replay := time.Since(t)
 
 	t = time.Now()
+	if err := d.local.flush(); err != nil { // the stop phase's local pages, to the GPU
+		return err
+	}
 	if err := d.v.RestoreMigrated(m); err != nil {
 		return fmt.Errorf("precopy: restoring the device: %w", err)
 	}

@@ -87,7 +87,7 @@ func (d *dest) startShards(ctx context.Context, r *stream.Reader, m meta) error 
 	in := &shardsIn{fail: d.cancel, claimed: make([]atomic.Uint64, (len(mem)/stream.PageSize+63)/64),
 		taken: make([]atomic.Bool, m.Streams)}
 	d.shards = in
-	r.SetClaim(in.claim)
+	r.SetClaim(d.claim(in))
 	for range m.Streams - 1 {
 		in.wg.Add(1)
 		go func() {
@@ -130,7 +130,7 @@ func (d *dest) readShard(ctx context.Context, m meta, mem []byte) error {
 	case in.taken[sh.Index].Swap(true):
 		return fmt.Errorf("precopy: extra stream %d arrived twice", sh.Index)
 	}
-	r.SetClaim(in.claim)
+	r.SetClaim(d.claim(in))
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -149,6 +149,14 @@ func (d *dest) readShard(ctx context.Context, m meta, mem []byte) error {
 		in.pages.Add(uint64(sec.Pages))
 		in.zeros.Add(uint64(sec.ZeroPages))
 	}
+}
+
+// claim is in's shared claim, with the local sink's noting (if any).
+func (d *dest) claim(in *shardsIn) func(uint32) bool {
+	if d.local == nil {
+		return in.claim
+	}
+	return d.local.claim(in.claim)
 }
 
 // waitShards waits until every extra stream has ended (or failed) and

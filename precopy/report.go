@@ -54,8 +54,13 @@ type StopReport struct {
 	Restore  time.Duration // destination: device state decoded and restored
 	Replay   time.Duration // destination: API log and front-end writes replayed
 
-	DirtyPages  int                   // pages sent at the stop
-	LocalPages  int                   // of which device-local: engine-marked, never hashed
+	DirtyPages int // pages sent at the stop
+	LocalPages int // of which device-local (LocalMethod found them)
+	// LocalMethod says how the device-local pages were found: "engine
+	// marks" (software back end, exact, nothing hashed) or "gpu-hash"
+	// and the local size (NVIDIA back end: local memory hashed on the
+	// GPU); empty without local memory.
+	LocalMethod string
 	BySource    [dirty.NumSources]int // why each was dirty (stop-and-copy: all Unrecorded)
 	PagesHashed int                   // pages the final scan hashed in full
 	Bytes       uint64                // stream bytes sent in the stop phase, on every stream
@@ -94,6 +99,9 @@ func (r Report) String() string {
 		ms(s.Total), ms(s.Quiesce), ms(s.Scan), ms(s.Transfer), ms(s.Restore), ms(s.Replay), ms(s.Other()))
 	fmt.Fprintf(&b, "dirty      %d pages (%s; %d device-local), %d hashed, %s sent on %d stream(s); %d guest RAM page(s) the device wrote\n",
 		s.DirtyPages, dirty.DescribeBySource(s.BySource), s.LocalPages, s.PagesHashed, mib(s.Bytes), max(1, s.Streams), s.GuestRAMPages)
+	if s.LocalMethod != "" {
+		fmt.Fprintf(&b, "local      %s, %d pages dirty\n", s.LocalMethod, s.LocalPages)
+	}
 	fmt.Fprintf(&b, "hash rate  %.2f GB/s\n", r.HashRate/1e9)
 	a := r.APILog
 	fmt.Fprintf(&b, "api log    %d entries (%d B) raw, %d entries (%d B) compacted\n",

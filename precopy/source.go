@@ -106,9 +106,13 @@ func NewSource(v *vgpu.VGPU, conn io.ReadWriter, opts Options) (*Source, error) 
 	if err != nil {
 		return nil, fmt.Errorf("precopy: dirty tracker: %w", err)
 	}
-	local := newLocal(v.DeviceMemory(), tr.Pages())
+	local, err := newLocal(v, tr.Pages())
+	if err != nil {
+		return nil, err
+	}
 	// Claim the engine's writes first: one migration of a vGPU at a time.
 	if err := v.ObserveWrites(writeHook(tr, local)); err != nil {
+		_ = local.close()
 		return nil, fmt.Errorf("precopy: %w", err)
 	}
 	if err := populate(mem, false); err != nil {
@@ -126,6 +130,7 @@ func NewSource(v *vgpu.VGPU, conn io.ReadWriter, opts Options) (*Source, error) 
 	if err != nil {
 		_ = v.ObserveWrites(nil)
 		closeWriteLog(wlog, log)
+		_ = local.close()
 		return nil, fmt.Errorf("precopy: %w", err)
 	}
 	s := &Source{
@@ -142,6 +147,7 @@ func NewSource(v *vgpu.VGPU, conn io.ReadWriter, opts Options) (*Source, error) 
 	if err := v.ObserveGuestWrites(s.ram.note); err != nil {
 		_ = v.ObserveWrites(nil)
 		closeWriteLog(wlog, log)
+		_ = local.close()
 		return nil, fmt.Errorf("precopy: guest RAM writes: %w", err)
 	}
 	if !opts.NoVerdict {
@@ -296,6 +302,9 @@ func (s *Source) Close() {
 	defer s.mu.Unlock()
 	if s.state != srcClosed {
 		s.stopTrackingLocked()
+		if err := s.local.close(); err != nil {
+			s.log.Warn().Err(err).Msg("closing device-local memory's reader")
+		}
 		s.state = srcClosed
 	}
 }

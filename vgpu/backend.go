@@ -13,8 +13,8 @@ const (
 	// BackendSoftware runs commands in Go on the host pool (the default).
 	BackendSoftware = "software"
 	// BackendCUDA runs them on an NVIDIA GPU (Config.GPU) through the
-	// CUDA driver API, with graphics memory mirrored in GPU memory
-	// (docs/nvidia.md).
+	// CUDA driver API, with graphics memory mirrored in GPU memory and
+	// device-local memory in GPU memory alone (docs/nvidia.md).
 	BackendCUDA = "cuda"
 )
 
@@ -34,11 +34,6 @@ func (c Config) backendDefaults() (Config, error) {
 	if c.GuestModules && c.Backend != BackendCUDA {
 		return c, fmt.Errorf("%w: guest modules need the %q back end", ErrConfig, BackendCUDA)
 	}
-	if c.LocalMemSize > 0 && c.Backend != BackendSoftware {
-		// The NVIDIA back end would keep it on the GPU alone
-		// (docs/nvidia.md); it does not have it yet.
-		return c, fmt.Errorf("%w: device-local memory needs the %q back end for now", ErrConfig, BackendSoftware)
-	}
 	return c, nil
 }
 
@@ -46,6 +41,9 @@ func (c Config) backendDefaults() (Config, error) {
 // mapping mem (the CAPS bits it adds are Config.caps's).
 func (v *VGPU) newBackend(mem []byte, part pool.Partition) (engine.Backend, error) {
 	if v.cfg.Backend != BackendCUDA {
+		if v.cfg.LocalMemSize > 0 {
+			return engine.NewSoftwareLocal(mem), nil
+		}
 		return engine.NewSoftware(mem), nil
 	}
 	g, err := nvidia.OpenGPU(v.cfg.GPU)
@@ -56,6 +54,7 @@ func (v *VGPU) newBackend(mem []byte, part pool.Partition) (engine.Backend, erro
 		GPU:       g,
 		Window:    mem[part.Offset:part.ApertureEnd():part.ApertureEnd()],
 		WindowOff: part.Offset,
+		LocalSize: part.Local, // on the GPU alone: the pool's local range stays untouched
 		Modules:   v.cfg.GuestModules,
 		Log:       v.log,
 	})
@@ -81,3 +80,18 @@ func (v *VGPU) closeBackend() {
 // GPU returns the vGPU's CUDA back end, or nil for the software back end:
 // its page hasher (for a migration's tracker) and traffic counters.
 func (v *VGPU) GPU() *nvidia.NVIDIA { return v.gpu }
+
+// placeLocal asks the CUDA back end for device-local memory at addr, the
+// saved RegDeviceAddrBase, before the engine's state, which must find it
+// there, is restored: the device address a guest holds must not change
+// (ABI 1.3). Where the driver does not grant it the error wraps
+// nvidia.ErrDeviceAddr. The software back end's base is fixed.
+func (v *VGPU) placeLocal(addr uint64) error {
+	if v.gpu == nil || addr == 0 {
+		return nil
+	}
+	if err := v.gpu.PlaceLocal(addr); err != nil {
+		return fmt.Errorf("vgpu %s: %w", v.cfg.Name, err)
+	}
+	return nil
+}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gmig-dev/gmig/abi"
+	"github.com/gmig-dev/gmig/engine/nvidia"
 	"github.com/gmig-dev/gmig/guest"
 	"github.com/gmig-dev/gmig/internal/migtest"
 	"github.com/gmig-dev/gmig/internal/sim"
@@ -158,7 +159,8 @@ func TestNoLocalMemoryIsTodaysDevice(t *testing.T) {
 
 // TestLocalMemorySpec: the Spec carries the local size and CAPS bit 4, a
 // destination makes the same vGPU from it and another size is not it; a
-// back end without local memory refuses it.
+// size of part of a page is refused; the cuda back end has local memory
+// too.
 func TestLocalMemorySpec(t *testing.T) {
 	p := migtest.NewPool(t, 4*localMem)
 	v := migtest.NewVGPUConfig(t, p, vgpu.Config{Name: "s", MemSize: localMem, LocalMemSize: localSize})
@@ -175,12 +177,26 @@ func TestLocalMemorySpec(t *testing.T) {
 	if err := v.Is(s2); !errors.Is(err, vgpu.ErrSpec) || !strings.Contains(err.Error(), "local memory size") {
 		t.Errorf("Is(other local size) = %v", err)
 	}
-	for _, bad := range []vgpu.Config{
-		{Name: "odd", MemSize: localMem, LocalMemSize: 100},
-		{Name: "cuda", MemSize: localMem, LocalMemSize: localSize, Backend: vgpu.BackendCUDA},
-	} {
-		if _, err := vgpu.New(bad, p, migtest.Log); !errors.Is(err, vgpu.ErrConfig) {
-			t.Errorf("New(%+v) = %v, want ErrConfig", bad, err)
-		}
+	if _, err := vgpu.New(vgpu.Config{Name: "odd", MemSize: localMem, LocalMemSize: 100}, p, migtest.Log); !errors.Is(err, vgpu.ErrConfig) {
+		t.Errorf("New(local size 100) = %v, want ErrConfig", err)
+	}
+	// The cuda back end has it too (on the GPU alone): GPU 0 where there
+	// is one, the model of a GPU elsewhere.
+	if _, err := nvidia.OpenGPU(vgpu.GPUOrdinal); err != nil {
+		t.Setenv(nvidia.ModelEnv, "1")
+	}
+	cs := s
+	cs.Backend = vgpu.BackendCUDA
+	c, err = cs.Config("cuda")
+	if err != nil {
+		t.Fatalf("a cuda spec with local memory: %v", err)
+	}
+	v2, err := vgpu.New(c, p, migtest.Log)
+	if err != nil {
+		t.Fatalf("New(cuda with local memory) = %v", err)
+	}
+	defer v2.Close()
+	if got := v2.Spec(); got != cs || got.Caps&abi.CapDeviceAddr == 0 {
+		t.Errorf("cuda vGPU's spec %+v, want %+v with CAPS bit 6", got, cs)
 	}
 }

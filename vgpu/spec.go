@@ -52,8 +52,9 @@ func (c Config) caps() uint32 {
 		caps |= abi.CapModules
 	}
 	if c.LocalMemSize > 0 {
-		// The CUDA-shaped device: local memory and streams together.
-		caps |= abi.CapLocalMem | abi.CapStreams
+		// The CUDA-shaped device: local memory, at device addresses
+		// (ABI 1.3), and streams together.
+		caps |= abi.CapLocalMem | abi.CapStreams | abi.CapDeviceAddr
 	}
 	if c.GuestModules && c.LocalMemSize > 0 && c.Backend == BackendCUDA {
 		// LAUNCH_GRID (ABI 1.3): guest modules on device-local memory.

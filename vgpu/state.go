@@ -82,7 +82,19 @@ func (v *VGPU) Restore(s State) error {
 		_ = v.gtt.Restore(oldGTT)
 		return fmt.Errorf("%w: config space: %w", ErrState, err)
 	}
+	// Device-local memory goes to the saved device address first: the
+	// engine's restore checks that it is there (ABI 1.3).
+	var oldBase uint64 // placeLocal moves only the cuda back end's
+	if v.gpu != nil {
+		oldBase = v.gpu.DeviceAddrBase()
+	}
+	if err := v.placeLocal(s.Engine.DeviceAddrBase); err != nil {
+		_ = v.gtt.Restore(oldGTT)
+		_ = v.pci.Restore(oldPCI)
+		return fmt.Errorf("%w: %w", ErrState, err)
+	}
 	if err := v.eng.Restore(s.Engine); err != nil {
+		_ = v.placeLocal(oldBase)
 		_ = v.gtt.Restore(oldGTT)
 		_ = v.pci.Restore(oldPCI)
 		return fmt.Errorf("%w: engine: %w", ErrState, err)

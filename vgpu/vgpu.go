@@ -53,7 +53,7 @@ type Config struct {
 	GPU int `json:"-"`
 	// LocalMemSize is the device-local memory (ABI 1.2,
 	// docs/device-abi.md §1.3): a multiple of 4096 bytes, 0 (the default)
-	// for none. Software back end only for now.
+	// for none. On the cuda back end it lives on the GPU alone.
 	LocalMemSize uint64 `json:"local_mem_size,omitempty"`
 }
 
@@ -178,14 +178,15 @@ func build(cfg Config, p *pool.Pool, part pool.Partition, log zerolog.Logger) (*
 		Streams: cfg.caps()&abi.CapStreams != 0,
 	})
 	v.regs = mmio.New(mmio.Config{
-		MemSize:      cfg.MemSize,
-		LocalMemSize: cfg.LocalMemSize,
-		Caps:         cfg.caps() &^ mmio.DefaultCaps,
-		Engine:       v.eng,
-		GTT:          v.gtt,
-		Notify:       v.deliver,
-		Reset:        func() { v.reset() },
-		Heartbeat:    v.heartbeat,
+		MemSize:        cfg.MemSize,
+		LocalMemSize:   cfg.LocalMemSize,
+		DeviceAddrBase: be.DeviceAddrBase,
+		Caps:           cfg.caps() &^ mmio.DefaultCaps,
+		Engine:         v.eng,
+		GTT:            v.gtt,
+		Notify:         v.deliver,
+		Reset:          func() { v.reset() },
+		Heartbeat:      v.heartbeat,
 		Interrupts: func(status, mask uint32) {
 			v.apiLog.Record(apilog.Entry{Kind: apilog.Interrupts, Handle: status, Arg: mask})
 		},
@@ -229,7 +230,10 @@ func (v *VGPU) Memory() []byte { return v.mem }
 // LocalMemory returns the vGPU's device-local memory (local page p at
 // p*4096; docs/device-abi.md §1.3), empty when it has none. It lies right
 // after Memory() in the pool mapping and is never handed to a client. Like
-// Memory, it must not be touched once Close has begun.
+// Memory, it must not be touched once Close has begun. On the cuda back
+// end local memory lives on the GPU alone: this range is not its content
+// and serves only as a migration's receive buffer (whose pages the
+// receiver copies to the GPU with the back end's LoadLocal).
 func (v *VGPU) LocalMemory() []byte { return v.loc }
 
 // DeviceMemory is Memory followed by LocalMemory, as one slice: device

@@ -58,7 +58,7 @@ func OpenGPU(ordinal int) (*GPU, error) {
 		if g, ok := modelGPUs[ordinal]; ok {
 			return g, nil
 		}
-		g := NewModelGPU()
+		g := newModelGPU(ordinal)
 		g.model = modelInfo(ordinal)
 		modelGPUs[ordinal] = g
 		return g, nil

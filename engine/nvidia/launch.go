@@ -60,8 +60,8 @@ func (b *NVIDIA) syncAll() error {
 }
 
 // Device buffers outside graphics memory, at device addresses a
-// LAUNCH_GRID kernel reaches: what tests and tools give kernels until
-// device-local memory has device addresses on this back end. They use
+// LAUNCH_GRID kernel reaches, for tests and tools that give kernels
+// buffers without going through device-local memory. They use
 // the back end's stream, so call them with the engine idle (after a
 // FENCE, which waits for the kernels).
 

@@ -44,7 +44,12 @@ type modelRegion struct {
 }
 
 type modelDevice struct {
-	mu      sync.Mutex
+	// run serialises the device's work (launches, copies) as a GPU's
+	// ordered execution would make it look to its callers: the back end
+	// (engine goroutine) and a migration's reader of local memory
+	// (another goroutine, its own stream) touch the same bytes.
+	run     sync.Mutex
+	mu      sync.Mutex // regions, next, streams
 	next    cuda.DevPtr
 	regions []modelRegion // sorted by base
 	streams int
@@ -56,22 +61,51 @@ type modelDevice struct {
 // (described as model GPU 0): the NVIDIA back end on it runs everywhere,
 // for tests (engine's among them) on machines without a GPU. Each call
 // makes a device of its own.
-func NewModelGPU() *GPU {
-	d := &modelDevice{next: 0x7f0000000000, mapped: map[cuda.DevPtr]bool{}}
+func NewModelGPU() *GPU { return newModelGPU(0) }
+
+// modelSpan is how much device address space each model GPU of ModelEnv
+// allocates from (1 TiB), so that the GPUs' addresses never meet: a
+// destination on another model GPU can get a source's device addresses, as
+// a destination in another process or on another host can.
+const modelSpan = 1 << 40
+
+// newModelGPU is NewModelGPU for model GPU ordinal: its own address range.
+func newModelGPU(ordinal int) *GPU {
+	d := &modelDevice{next: 0x7f0000000000 + cuda.DevPtr(ordinal)*modelSpan, mapped: map[cuda.DevPtr]bool{}}
 	return &GPU{ops: d, model: modelInfo(0), fill: 8, fn: gpuKernels{
 		copyPieces: mCopy, fillPieces: mFill, saxpy: mSaxpy, stencil: mStencil,
 		render: mRender, hashPages: mHash, diffHashes: mDiff,
 	}}
 }
 
+// modelAlign is the model's allocation granularity: 2 MiB, the H100's
+// (cuMemGetAllocationGranularity), so that mapping addresses are aligned
+// as on the GPU.
+const modelAlign = 1 << 21
+
 func (d *modelDevice) add(mem []byte) cuda.DevPtr {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	base := d.next
-	d.next += cuda.DevPtr(len(mem)+(1<<21)) &^ 0xfff
+	d.next += (cuda.DevPtr(len(mem)) + 2*modelAlign - 1) &^ (modelAlign - 1) // a 2 MiB gap after each
+	d.insertLocked(base, mem)
+	return base
+}
+
+func (d *modelDevice) insertLocked(base cuda.DevPtr, mem []byte) {
 	d.regions = append(d.regions, modelRegion{base, mem})
 	sort.Slice(d.regions, func(i, j int) bool { return d.regions[i].base < d.regions[j].base })
-	return base
+}
+
+// freeLocked reports whether no region overlaps [addr, addr+n), except
+// the one at skip (a mapping that moves may overlap itself).
+func (d *modelDevice) freeLocked(addr cuda.DevPtr, n uint64, skip cuda.DevPtr) bool {
+	for _, r := range d.regions {
+		if r.base != skip && addr < r.base+cuda.DevPtr(len(r.mem)) && r.base < addr+cuda.DevPtr(n) {
+			return false
+		}
+	}
+	return addr != 0 && addr%modelAlign == 0
 }
 
 func (d *modelDevice) remove(base cuda.DevPtr) error {
@@ -136,26 +170,39 @@ type modelMapping struct {
 	base cuda.DevPtr
 }
 
+// NewMapping maps size bytes (rounded up to modelAlign) at addr when no
+// allocation is there (as cuMemAddressReserve grants a free address it is
+// asked for), else anywhere.
 func (d *modelDevice) NewMapping(size uint64, addr cuda.DevPtr) (gpuMapping, error) {
-	size = (size + 1<<21 - 1) &^ (1<<21 - 1)
-	return &modelMapping{d, d.add(make([]byte, size))}, nil
+	size = (size + modelAlign - 1) &^ (modelAlign - 1)
+	mem := make([]byte, size)
+	d.mu.Lock()
+	if addr != 0 && d.freeLocked(addr, size, 0) {
+		d.insertLocked(addr, mem)
+		d.mu.Unlock()
+		return &modelMapping{d, addr}, nil
+	}
+	d.mu.Unlock()
+	return &modelMapping{d, d.add(mem)}, nil
 }
 func (m *modelMapping) Addr() cuda.DevPtr { return m.base }
 func (m *modelMapping) Close() error      { return m.d.remove(m.base) }
 
-// Move re-bases the same bytes at addr if no region is there.
+// Move re-bases the same bytes at addr if no other region overlaps them
+// there (as cuda.Mapping.Move gets the address only if the driver
+// reserves exactly it).
 func (m *modelMapping) Move(addr cuda.DevPtr) (bool, error) {
 	d := m.d
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	var mem []byte
+	var size uint64
 	for _, r := range d.regions {
-		if r.base == addr {
-			return false, nil
-		}
 		if r.base == m.base {
-			mem = r.mem
+			size = uint64(len(r.mem))
 		}
+	}
+	if !d.freeLocked(addr, size, m.base) {
+		return false, nil
 	}
 	for i := range d.regions {
 		if d.regions[i].base == m.base {
@@ -164,18 +211,40 @@ func (m *modelMapping) Move(addr cuda.DevPtr) (bool, error) {
 	}
 	sort.Slice(d.regions, func(i, j int) bool { return d.regions[i].base < d.regions[j].base })
 	m.base = addr
-	_ = mem
 	return true, nil
 }
 
 func (d *modelDevice) CopyHtoD(dst cuda.DevPtr, src []byte, _ cuda.Stream) error {
+	d.run.Lock()
+	defer d.run.Unlock()
 	copy(d.at(uint64(dst), uint64(len(src))), src)
 	return nil
 }
 
 func (d *modelDevice) CopyDtoH(dst []byte, src cuda.DevPtr, _ cuda.Stream) error {
+	d.run.Lock()
+	defer d.run.Unlock()
 	copy(dst, d.at(uint64(src), uint64(len(dst))))
 	return nil
+}
+
+// ModelWrite writes b at device address addr of a model GPU (NewModelGPU,
+// ModelEnv) as a guest kernel would: behind the engine's back, so that
+// tests can check that a migration finds such writes (by hashing). It
+// panics for a real GPU or an address no allocation holds.
+func (g *GPU) ModelWrite(addr uint64, b []byte) {
+	d := g.ops.(*modelDevice)
+	d.run.Lock()
+	defer d.run.Unlock()
+	copy(d.at(addr, uint64(len(b))), b)
+}
+
+// ModelRead reads len(b) bytes at device address addr of a model GPU.
+func (g *GPU) ModelRead(b []byte, addr uint64) {
+	d := g.ops.(*modelDevice)
+	d.run.Lock()
+	defer d.run.Unlock()
+	copy(b, d.at(addr, uint64(len(b))))
 }
 
 func (d *modelDevice) LoadModule([]byte) (cuda.Module, error) { return 1, nil }
@@ -194,6 +263,8 @@ func (d *modelDevice) UnloadModule(cuda.Module) error { return nil }
 // model, except that a grid of one block for the piece kernels is what
 // orders pieces: the model always runs them in order).
 func (d *modelDevice) Launch(f cuda.Function, _, _ uint32, _ cuda.Stream, a ...uint64) error {
+	d.run.Lock()
+	defer d.run.Unlock()
 	u32 := func(b []byte) []uint32 { return cpuref.U32View(b) }
 	switch f {
 	case mCopy, mFill:

@@ -79,6 +79,8 @@ func (d *modelDevice) takeFault() error {
 // driver would refuse (an unknown kernel, a buffer of the wrong size)
 // fails here; a kernel that faults is reported by the next Sync.
 func (d *modelDevice) LaunchBuffer(f cuda.Function, grid, block [3]uint32, _ uint32, _ cuda.Stream, params []byte) error {
+	d.run.Lock() // as Launch: a kernel is device work the local reader must not race
+	defer d.run.Unlock()
 	n, ok := gridParamBytes[f]
 	if !ok {
 		d.mu.Lock()

@@ -41,6 +41,12 @@ type NVIDIAConfig struct {
 	// end extents of the host pool, and the window is the partition at
 	// this offset.
 	WindowOff uint64
+	// LocalSize is the vGPU's device-local memory in bytes (ABI 1.2,
+	// docs/device-abi.md §1.3; 0 for none, else whole pages): extents in
+	// [WindowOff+len(Window), +LocalSize), the partition's local range,
+	// name it. It lives on the GPU alone (local.go); the host bytes of that
+	// range are never touched.
+	LocalSize uint64
 	WriteBack WriteBack
 	// Modules lets guests load their own PTX (docs/device-abi.md §6.8).
 	// Guest code runs in gmigd's CUDA context: see docs/nvidia.md,
@@ -68,9 +74,12 @@ type NVIDIAStats struct {
 // aperture order in a virtual-memory-API mapping, where commands write.
 // Inputs are read from the window over PCIe (or from the mirror where a
 // command's output is still pending); outputs stay in the mirror until
-// written back (WriteBack).
+// written back (WriteBack). Device-local memory, if the vGPU has any,
+// lives once, on the device (local.go).
 //
-// Like every Backend it is used by one goroutine at a time (the engine's).
+// Like every Backend it is used by one goroutine at a time (the engine's),
+// except DeviceAddrBase, and a LocalTracker, which runs beside it
+// (localmig.go).
 type NVIDIA struct {
 	g    *GPU
 	dev  gpuDevice
@@ -82,6 +91,10 @@ type NVIDIA struct {
 	host   cuda.DevPtr // device address of the registered window
 	mirror gpuMapping  // graphics memory on the device
 	pend   *pending
+	local  gpuMapping // device-local memory (nil without): local.go
+	// localBase is local's device address, for DeviceAddrBase from any
+	// goroutine (the register file's) while a restore may move it.
+	localBase atomic.Uint64
 
 	table    []nvPiece // pinned, device-mapped piece table
 	tableRaw []byte
@@ -116,6 +129,9 @@ func NewNVIDIA(cfg NVIDIAConfig) (*NVIDIA, error) {
 	if n == 0 || n%pageBytes != 0 {
 		return nil, fmt.Errorf("nvidia: NVIDIA back end over a window of %d bytes (want whole pages)", n)
 	}
+	if cfg.LocalSize%pageBytes != 0 {
+		return nil, fmt.Errorf("nvidia: %d bytes of device-local memory (want whole pages)", cfg.LocalSize)
+	}
 	b := &NVIDIA{g: cfg.GPU, dev: cfg.GPU.ops, cfg: cfg, size: n, pend: newPending(int(n / pageBytes))}
 	b.log = cfg.Log.With().Str("gpu", cfg.GPU.Info().PCIBusID).Logger()
 	if err := b.open(); err != nil {
@@ -144,7 +160,7 @@ func (b *NVIDIA) open() error {
 		return err
 	}
 	b.table = pieceTable(b.tableRaw)
-	return nil
+	return b.openLocal()
 }
 
 // Close frees the device memory, unlocks the window and destroys the
@@ -175,6 +191,10 @@ func (b *NVIDIA) Close() error {
 	if b.mirror != nil {
 		keep(b.mirror.Close())
 		b.mirror = nil
+	}
+	if b.local != nil {
+		keep(b.local.Close())
+		b.local = nil
 	}
 	if b.host != 0 {
 		keep(b.dev.HostUnregister(b.cfg.Window))
@@ -210,18 +230,27 @@ func (b *NVIDIA) GPU() *GPU { return b.g }
 // MirrorBase is the device address of graphics-memory byte 0 on the device.
 func (b *NVIDIA) MirrorBase() uint64 { return uint64(b.mirror.Addr()) }
 
-// spans converts extents to window-relative spans, checking bounds.
+// spans converts extents to window-relative spans, checking bounds:
+// offsets below the window's size are the aperture's, those from there to
+// the end of device-local memory are local (isLocal), and no span crosses
+// from one to the other.
 func (b *NVIDIA) spans(xs []gtt.Extent) ([]span, uint64, error) {
 	out := make([]span, 0, len(xs))
 	var total uint64
+	end := b.size + b.cfg.LocalSize
 	for _, x := range xs {
 		if x.Len == 0 {
 			continue
 		}
-		if x.Off < b.cfg.WindowOff || x.Off-b.cfg.WindowOff > b.size || x.Len > b.size-(x.Off-b.cfg.WindowOff) {
-			return nil, 0, fmt.Errorf("%w: [%#x, +%#x) outside the window [%#x, +%#x)", cpuref.ErrBounds, x.Off, x.Len, b.cfg.WindowOff, b.size)
+		if x.Off < b.cfg.WindowOff || x.Off-b.cfg.WindowOff > end || x.Len > end-(x.Off-b.cfg.WindowOff) {
+			return nil, 0, fmt.Errorf("%w: [%#x, +%#x) outside the window and local memory [%#x, +%#x)", cpuref.ErrBounds, x.Off, x.Len, b.cfg.WindowOff, end)
 		}
-		out = append(out, span{x.Off - b.cfg.WindowOff, x.Len})
+		off := x.Off - b.cfg.WindowOff
+		if off < b.size && off+x.Len > b.size {
+			out = append(out, span{off, b.size - off}, span{b.size, off + x.Len - b.size})
+		} else {
+			out = append(out, span{off, x.Len})
+		}
 		total += x.Len
 	}
 	return out, total, nil
@@ -251,6 +280,9 @@ func appendPiece(ps []nvPiece, src, dst, n uint64) []nvPiece {
 // from the mirror where a command's output is pending, else from the
 // window itself over PCIe.
 func (b *NVIDIA) sourcePieces(ps []nvPiece, off, n, dst uint64) []nvPiece {
+	if b.isLocal(off) {
+		return appendPiece(ps, b.devAddr(off), dst, n)
+	}
 	host, dev := uint64(b.host), uint64(b.mirror.Addr())
 	forPages(span{off, n}, func(p, a, e uint64) {
 		base := p * pageBytes
@@ -305,13 +337,12 @@ func (b *NVIDIA) gatherPieces(ps []nvPiece, src []span, dst uint64) []nvPiece {
 	return ps
 }
 
-// scatterPieces copies device memory at src, in order, over the mirror
-// bytes of dst.
+// scatterPieces copies device memory at src, in order, over the device
+// bytes of dst (the mirror's, or local memory's).
 func (b *NVIDIA) scatterPieces(ps []nvPiece, src uint64, dst []span) []nvPiece {
-	dev := uint64(b.mirror.Addr())
 	var k uint64
 	for _, s := range dst {
-		ps = appendPiece(ps, src+k, dev+s.off, s.n)
+		ps = appendPiece(ps, src+k, b.devAddr(s.off), s.n)
 		k += s.n
 	}
 	return ps
@@ -383,6 +414,9 @@ func (b *NVIDIA) markWritten(spans []span) error {
 	type part struct{ p, a, e uint64 }
 	var parts []part
 	for _, s := range spans {
+		if b.isLocal(s.off) {
+			continue // local memory has no host copy to keep coherent
+		}
 		forPages(s, func(p, a, e uint64) { parts = append(parts, part{p, a, e}) })
 	}
 	slices.SortFunc(parts, func(x, y part) int {
@@ -477,6 +511,9 @@ func (b *NVIDIA) writeBackSpans(spans []span) error {
 	var ps []nvPiece
 	host, dev := uint64(b.host), uint64(b.mirror.Addr())
 	for _, s := range spans {
+		if b.isLocal(s.off) {
+			continue
+		}
 		forPages(s, func(p, _, _ uint64) {
 			if lo, hi, ok := b.pend.get(p); ok {
 				ps = appendPiece(ps, dev+p*pageBytes+lo, host+p*pageBytes+lo, hi-lo)

@@ -49,8 +49,7 @@ func (b *NVIDIA) Copy(dst, src []gtt.Extent) error {
 		return b.markWritten(ds)
 	}
 	var ps []nvPiece
-	dev := uint64(b.mirror.Addr())
-	zip(ss, ds, func(so, do, n uint64) { ps = b.sourcePieces(ps, so, n, dev+do) })
+	zip(ss, ds, func(so, do, n uint64) { ps = b.sourcePieces(ps, so, n, b.devAddr(do)) })
 	if err := b.runPieces(b.g.fn.copyPieces, ps, false); err != nil {
 		return err
 	}
@@ -64,12 +63,11 @@ func (b *NVIDIA) Fill(dst []gtt.Extent, pattern uint32) error {
 		return err
 	}
 	var ps []nvPiece
-	dev := uint64(b.mirror.Addr())
 	var k uint64 // bytes of the run before this piece: its phase is k mod 4
 	for _, s := range ds {
 		for o := uint64(0); o < s.n; o += maxPiece {
 			n := min(maxPiece, s.n-o)
-			ps = append(ps, nvPiece{src: (k + o) % 4, dst: dev + s.off + o, len: n})
+			ps = append(ps, nvPiece{src: (k + o) % 4, dst: b.devAddr(s.off) + o, len: n})
 		}
 		k += s.n
 	}
@@ -94,6 +92,13 @@ func (b *NVIDIA) Write(dst []gtt.Extent, src []byte) error {
 		return err
 	}
 	for _, s := range ds {
+		if b.isLocal(s.off) {
+			if err := b.writeLocal(s, src[:s.n]); err != nil {
+				return err
+			}
+			src = src[s.n:]
+			continue
+		}
 		c := copy(b.cfg.Window[s.off:s.off+s.n], src)
 		src = src[c:]
 	}
@@ -113,6 +118,13 @@ func (b *NVIDIA) Read(dst []byte, src []gtt.Extent) error {
 		return err
 	}
 	for _, s := range ss {
+		if b.isLocal(s.off) {
+			if err := b.readLocal(dst[:s.n], s); err != nil {
+				return err
+			}
+			dst = dst[s.n:]
+			continue
+		}
 		c := copy(dst, b.cfg.Window[s.off:s.off+s.n])
 		dst = dst[c:]
 	}

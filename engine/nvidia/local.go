@@ -1,0 +1,115 @@
+package nvidia
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/gmig-dev/gmig/internal/cuda"
+)
+
+// Device-local memory (ABI 1.2, docs/device-abi.md §1.3) on the NVIDIA back
+// end lives on the GPU alone: one virtual-memory-API mapping of its size
+// (one cuMemAddressReserve, physical chunks of at most 1 GiB mapped into
+// it, as the mirror is), with no host window and so nothing to keep
+// coherent. Its address is the vGPU's device address base
+// (RegDeviceAddrBase, ABI 1.3): local byte l is at DeviceAddrBase()+l.
+// Extents the engine resolves into the partition's local range, window
+// offsets [size, size+LocalSize) in spans' coordinates, name it: commands
+// run on it in place, the engine's host-side reads and writes (ring fetch,
+// DMA) go by cuMemcpy.
+
+// ErrDeviceAddr reports that device-local memory could not be placed at
+// the device address asked for (the driver gave another range: the
+// address is taken in this process or on this GPU). A restore that needs
+// the address fails with it, and a migration rolls back.
+var ErrDeviceAddr = errors.New("nvidia: device-local memory cannot be placed at the address asked for")
+
+// openLocal maps the back end's device-local memory, if it has any, and
+// zeroes it: a fresh vGPU's local memory reads zero on every back end (the
+// software back end's is fresh anonymous memory), and physical memory from
+// cuMemCreate is not documented to be zeroed.
+func (b *NVIDIA) openLocal() error {
+	if b.cfg.LocalSize == 0 {
+		return nil
+	}
+	var err error
+	if b.local, err = b.dev.NewMapping(b.cfg.LocalSize, 0); err != nil {
+		return fmt.Errorf("nvidia: mapping %d bytes of device-local memory: %w", b.cfg.LocalSize, err)
+	}
+	b.localBase.Store(uint64(b.local.Addr()))
+	var ps []nvPiece
+	base := uint64(b.local.Addr())
+	for o := uint64(0); o < b.cfg.LocalSize; o += maxPiece {
+		ps = append(ps, nvPiece{dst: base + o, len: min(maxPiece, b.cfg.LocalSize-o)})
+	}
+	if err := b.runPieces(b.g.fn.fillPieces, ps, false, 0); err != nil {
+		return fmt.Errorf("nvidia: zeroing device-local memory: %w", err)
+	}
+	return nil
+}
+
+// isLocal reports whether window-relative offset off is device-local.
+func (b *NVIDIA) isLocal(off uint64) bool { return off >= b.size }
+
+// devAddr is the device address of window-relative offset off: the
+// mirror's byte for the aperture, local memory's beyond it.
+func (b *NVIDIA) devAddr(off uint64) uint64 {
+	if b.isLocal(off) {
+		return uint64(b.local.Addr()) + off - b.size
+	}
+	return uint64(b.mirror.Addr()) + off
+}
+
+// writeLocal copies src over local span s (the engine's DMA into local
+// memory) and waits.
+func (b *NVIDIA) writeLocal(s span, src []byte) error {
+	if err := b.dev.CopyHtoD(cuda.DevPtr(b.devAddr(s.off)), src, b.stream); err != nil {
+		return fmt.Errorf("nvidia: writing %d bytes of device-local memory: %w", len(src), err)
+	}
+	return b.dev.Sync(b.stream)
+}
+
+// readLocal copies local span s into dst (ring fetch, DMA out of local
+// memory) and waits.
+func (b *NVIDIA) readLocal(dst []byte, s span) error {
+	if err := b.dev.CopyDtoH(dst, cuda.DevPtr(b.devAddr(s.off)), b.stream); err != nil {
+		return fmt.Errorf("nvidia: reading %d bytes of device-local memory: %w", len(dst), err)
+	}
+	return b.dev.Sync(b.stream)
+}
+
+// LocalSize is the back end's device-local memory in bytes (0 for none).
+func (b *NVIDIA) LocalSize() uint64 { return b.cfg.LocalSize }
+
+// DeviceAddrBase implements engine.Backend: the device address of
+// device-local byte 0 (2 MiB aligned: the reservation's alignment is the
+// allocation granularity), 0 without local memory. Unlike the other
+// methods it may be called from any goroutine (the register file's).
+func (b *NVIDIA) DeviceAddrBase() uint64 { return b.localBase.Load() }
+
+// PlaceLocal moves device-local memory to device address addr without
+// copying (the same physical memory, mapped there), for a restore that
+// must keep the source's RegDeviceAddrBase. When the driver does not grant
+// addr, local memory stays where it is and the error wraps ErrDeviceAddr.
+func (b *NVIDIA) PlaceLocal(addr uint64) error {
+	if b.local == nil {
+		if addr == 0 {
+			return nil
+		}
+		return fmt.Errorf("%w: %#x asked of a back end without device-local memory", ErrDeviceAddr, addr)
+	}
+	if addr == uint64(b.local.Addr()) {
+		return nil
+	}
+	from := uint64(b.local.Addr())
+	moved, err := b.local.Move(cuda.DevPtr(addr))
+	if err != nil {
+		return fmt.Errorf("nvidia: moving device-local memory from %#x to %#x: %w", from, addr, err)
+	}
+	if !moved {
+		return fmt.Errorf("%w: %#x (local memory stays at %#x)", ErrDeviceAddr, addr, from)
+	}
+	b.localBase.Store(addr)
+	b.log.Info().Uint64("from", from).Uint64("base", addr).Msg("nvidia: device-local memory placed")
+	return nil
+}

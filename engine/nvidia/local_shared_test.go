@@ -1,0 +1,175 @@
+package nvidia
+
+// Checks of device-local memory on the NVIDIA back end shared by the
+// software model of a device (local_test.go, every build) and a real GPU
+// (local_cuda_test.go, -tags cuda). newWin returns page-aligned host
+// memory for a back end's window.
+
+import (
+	"bytes"
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/gmig-dev/gmig/gtt"
+	"github.com/gmig-dev/gmig/internal/cuda"
+)
+
+const testWindow = 1 << 20
+
+// newLocalBackend makes a back end on g with local bytes of device-local
+// memory, closed with the test.
+func newLocalBackend(t *testing.T, g *GPU, win []byte, local uint64) *NVIDIA {
+	t.Helper()
+	b, err := NewNVIDIA(NVIDIAConfig{GPU: g, Window: win, LocalSize: local})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+// localExtent is bytes [off, off+n) of local memory of a back end over a
+// testWindow-byte window at extent offset 0.
+func localExtent(off, n uint64) []gtt.Extent { return []gtt.Extent{{Off: testWindow + off, Len: n}} }
+
+func randBytes(seed uint64, n int) []byte {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	return b
+}
+
+// checkLocalPlacement: local memory reads zero at first, sits at a 2 MiB
+// aligned device address of its own, is reached by extents that cross
+// from the aperture into it; asking for an address another back end holds
+// is refused with ErrDeviceAddr and changes nothing, and once that one is
+// closed the same request moves local memory there, bytes intact.
+func checkLocalPlacement(t *testing.T, g *GPU, newWin func(int) []byte) {
+	const local = 1 << 20
+	b1 := newLocalBackend(t, g, newWin(testWindow), local)
+	win2 := newWin(testWindow)
+	b2 := newLocalBackend(t, g, win2, local)
+	a1, a2 := b1.DeviceAddrBase(), b2.DeviceAddrBase()
+	if a1 == 0 || a2 == 0 || a1%(2<<20) != 0 || a2%(2<<20) != 0 || a1 == a2 {
+		t.Fatalf("device address bases %#x and %#x, want distinct nonzero 2 MiB multiples", a1, a2)
+	}
+	got := make([]byte, local)
+	if err := b2.Read(got, localExtent(0, local)); err != nil || !bytes.Equal(got, make([]byte, local)) {
+		t.Fatalf("fresh local memory: %v, or not all zero", err)
+	}
+	data := randBytes(3, local)
+	if err := b2.Write(localExtent(0, local), data); err != nil {
+		t.Fatal(err)
+	}
+	cross := randBytes(4, 200) // the window's last 100 bytes, local memory's first 100
+	if err := b2.Write([]gtt.Extent{{Off: testWindow - 100, Len: 200}}, cross); err != nil {
+		t.Fatal(err)
+	}
+	copy(data, cross[100:])
+	if !bytes.Equal(win2[testWindow-100:], cross[:100]) {
+		t.Error("a write across the aperture's end did not land in the window")
+	}
+	if err := b2.PlaceLocal(a1); !errors.Is(err, ErrDeviceAddr) {
+		t.Fatalf("PlaceLocal at another back end's address: %v, want ErrDeviceAddr", err)
+	}
+	if b2.DeviceAddrBase() != a2 {
+		t.Fatalf("a refused placement moved local memory to %#x", b2.DeviceAddrBase())
+	}
+	if err := b1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b2.PlaceLocal(a1); err != nil {
+		t.Fatalf("PlaceLocal at a freed address: %v", err)
+	}
+	if b2.DeviceAddrBase() != a1 {
+		t.Fatalf("local memory at %#x after placement at %#x", b2.DeviceAddrBase(), a1)
+	}
+	if err := b2.Read(got, localExtent(0, local)); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("local memory after the move: %v, or bytes differ", err)
+	}
+}
+
+// checkLocalTracker: a tracker's snapshot reads local memory in chunks
+// larger than staging; after writes through commands and behind the
+// engine's back (a copy straight to the device address, as a guest kernel
+// writes) Changed lists exactly the pages whose bytes changed, Read
+// returns them, and pages never snapshotted count as changed.
+func checkLocalTracker(t *testing.T, g *GPU, newWin func(int) []byte) {
+	pages := stagePages + 300
+	local := uint64(pages) * pageBytes
+	b := newLocalBackend(t, g, newWin(testWindow), local)
+	want := randBytes(5, int(local))
+	if err := b.Write(localExtent(0, local), want); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := b.NewLocalTracker()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	buf := make([]byte, local)
+	const batch = 1000 // pages per Snapshot, as a pre-copy's batches
+	for lo := 0; lo < pages; lo += batch {
+		n := min(batch, pages-lo)
+		if err := tr.Snapshot(lo, n, buf[lo*pageBytes:]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !bytes.Equal(buf, want) {
+		t.Fatal("the snapshot differs from local memory")
+	}
+	if ch, err := tr.Changed(); err != nil || len(ch) != 0 {
+		t.Fatalf("Changed with nothing written: %v, %v", ch, err)
+	}
+	behind := func(p int, off uint64, v []byte) {
+		addr := b.DeviceAddrBase() + uint64(p)*pageBytes + off
+		if err := g.ops.CopyHtoD(cuda.DevPtr(addr), v, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := g.ops.Sync(0); err != nil {
+			t.Fatal(err)
+		}
+		copy(want[uint64(p)*pageBytes+off:], v)
+	}
+	behind(0, 17, []byte{0xaa, 0xbb})
+	behind(stagePages+5, 4000, []byte{1, 2, 3})
+	behind(pages-1, 4095, []byte{0x42})
+	behind(9, 0, want[9*pageBytes:9*pageBytes+64]) // same bytes: unchanged
+	if err := b.Fill(localExtent(77*pageBytes, 64), 0x01020304); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 16 {
+		copy(want[77*pageBytes+4*i:], []byte{4, 3, 2, 1})
+	}
+	ch, err := tr.Changed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if exp := []int{0, 77, stagePages + 5, pages - 1}; !slices.Equal(ch, exp) {
+		t.Fatalf("Changed = %v, want %v", ch, exp)
+	}
+	got := make([]byte, len(ch)*pageBytes)
+	if err := tr.Read(ch, got); err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range ch {
+		if !bytes.Equal(got[i*pageBytes:(i+1)*pageBytes], want[p*pageBytes:(p+1)*pageBytes]) {
+			t.Errorf("Read of changed page %d differs from what was written", p)
+		}
+	}
+	fresh, err := b.NewLocalTracker()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	if err := fresh.Snapshot(0, 10, buf); err != nil {
+		t.Fatal(err)
+	}
+	if ch, err := fresh.Changed(); err != nil || len(ch) != pages-10 || ch[0] != 10 {
+		t.Fatalf("Changed after a snapshot of 10 pages: %d pages from %v, %v; want the %d others", len(ch), ch[:min(1, len(ch))], err, pages-10)
+	}
+}

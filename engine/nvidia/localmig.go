@@ -1,0 +1,262 @@
+package nvidia
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/gmig-dev/gmig/internal/cuda"
+)
+
+// Migration of device-local memory on the NVIDIA back end
+// (docs/migration-stream.md, "Device-local pages"). Local memory has no
+// host copy and guest kernels write it where the engine cannot see
+// (LAUNCH_GRID), so engine marks cannot say which pages changed: a
+// LocalTracker finds them by hashing on the GPU (gmig_xxh64_pages, the
+// GPUHasher's kernel). The pre-copy snapshots every page once, in chunks,
+// while the VM runs, and records the hash of exactly the bytes it sends;
+// the stop phase hashes local memory again in place and compares on the
+// GPU (gmig_diff_hashes): only pages whose hash changed cross PCIe again.
+//
+// Concurrency: the pre-copy runs on the migration's goroutine while the
+// engine goroutine keeps issuing commands. The tracker never uses the back
+// end's stream, table or scratch: it has its own stream, piece table and
+// device staging buffer, so no lock is taken against the engine. A chunk
+// is first copied on the device into staging (a snapshot), then hashed and
+// copied to the host from there: what is hashed is what is sent, whatever
+// a concurrent command does to local memory meanwhile (a page torn by it
+// hashes as sent and differs at the stop unless it ends up exactly as
+// sent).
+
+// LocalMethod names how the tracker finds changed pages, for reports.
+const LocalMethod = "gpu-hash"
+
+// LocalTracker reads a back end's device-local memory for a migration and
+// finds the pages that changed since they were read. Safe for use by one
+// goroutine at a time, beside the engine's use of the back end; the back
+// end must not be closed or re-placed (PlaceLocal) while it is in use.
+type LocalTracker struct {
+	b     *NVIDIA
+	pages int
+
+	stream   cuda.Stream
+	stage    cuda.DevPtr // stageBytes of device staging
+	table    []nvPiece   // pinned, device-mapped piece table
+	tableRaw []byte
+	tableDev cuda.DevPtr
+	sums     cuda.DevPtr // per page: the hash of the bytes sent
+	now      cuda.DevPtr // per page: the hash at the stop
+	listRaw  []byte      // pinned, mapped: count, then the changed pages
+	listDev  cuda.DevPtr
+	recorded []bool // pages whose hash is in sums
+}
+
+// NewLocalTracker returns a tracker over b's device-local memory (which it
+// must have). Close it when the migration ends.
+func (b *NVIDIA) NewLocalTracker() (*LocalTracker, error) {
+	if b.local == nil {
+		return nil, fmt.Errorf("nvidia: local tracker on a back end without device-local memory")
+	}
+	t := &LocalTracker{b: b, pages: int(b.cfg.LocalSize / pageBytes)}
+	t.recorded = make([]bool, t.pages)
+	if err := t.alloc(); err != nil {
+		_ = t.Close()
+		return nil, fmt.Errorf("nvidia: local tracker: %w", err)
+	}
+	return t, nil
+}
+
+func (t *LocalTracker) alloc() error {
+	d, n := t.b.dev, uint64(t.pages)
+	var err error
+	if t.stream, err = d.NewStream(); err != nil {
+		return err
+	}
+	if t.stage, err = d.Alloc(stageBytes); err != nil {
+		return err
+	}
+	if t.tableRaw, t.tableDev, err = d.AllocHostMapped(tablePieces * 24); err != nil {
+		return err
+	}
+	t.table = pieceTable(t.tableRaw)
+	if t.sums, err = d.Alloc(8 * n); err != nil {
+		return err
+	}
+	if t.now, err = d.Alloc(8 * n); err != nil {
+		return err
+	}
+	t.listRaw, t.listDev, err = d.AllocHostMapped(4 * (n + 1))
+	return err
+}
+
+// Pages is the number of device-local pages.
+func (t *LocalTracker) Pages() int { return t.pages }
+
+// Snapshot copies local pages [first, first+n) into buf (4096 bytes each)
+// and records their hashes: the hashes of exactly those bytes.
+func (t *LocalTracker) Snapshot(first, n int, buf []byte) error {
+	if first < 0 || n < 0 || first+n > t.pages || len(buf) < n*pageBytes {
+		return fmt.Errorf("nvidia: local snapshot of pages [%d, +%d) of %d into %d bytes", first, n, t.pages, len(buf))
+	}
+	base := t.b.DeviceAddrBase()
+	for done := 0; done < n; {
+		k := min(n-done, stagePages)
+		p := first + done
+		ps := appendPiece(nil, base+uint64(p)*pageBytes, uint64(t.stage), uint64(k)*pageBytes)
+		if err := t.copyPieces(ps); err != nil {
+			return err
+		}
+		if err := t.hash(uint64(t.stage), uint64(k), uint64(t.sums)+8*uint64(p)); err != nil {
+			return err
+		}
+		if err := t.fetch(buf[done*pageBytes : (done+k)*pageBytes]); err != nil {
+			return err
+		}
+		for i := p; i < p+k; i++ {
+			t.recorded[i] = true
+		}
+		done += k
+	}
+	return nil
+}
+
+// Changed hashes all local memory in place and returns, ascending, the
+// pages whose hash differs from the one Snapshot recorded, and every page
+// never snapshotted. Call it with the engine quiesced.
+func (t *LocalTracker) Changed() ([]int, error) {
+	n := uint64(t.pages)
+	if err := t.hash(t.b.DeviceAddrBase(), n, uint64(t.now)); err != nil {
+		return nil, err
+	}
+	words := u32Words(t.listRaw)
+	words[0] = 0
+	g := t.b.g
+	if err := t.b.dev.Launch(g.fn.diffHashes, g.gridFor(n), blockThreads, t.stream,
+		uint64(t.sums), uint64(t.now), n, uint64(t.listDev)+4, uint64(t.listDev)); err != nil {
+		return nil, err
+	}
+	if err := t.b.dev.Sync(t.stream); err != nil {
+		return nil, err
+	}
+	var out []int
+	for _, p := range words[1 : 1+words[0]] {
+		if t.recorded[p] {
+			out = append(out, int(p))
+		}
+	}
+	for p, ok := range t.recorded {
+		if !ok {
+			out = append(out, p)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// Read copies the listed local pages, in order, into buf (4096 bytes
+// each): gathered on the device into staging, then across PCIe.
+func (t *LocalTracker) Read(pages []int, buf []byte) error {
+	if len(buf) < len(pages)*pageBytes {
+		return fmt.Errorf("nvidia: %d local pages into %d bytes", len(pages), len(buf))
+	}
+	for _, p := range pages {
+		if p < 0 || p >= t.pages {
+			return fmt.Errorf("nvidia: local page %d out of range [0, %d)", p, t.pages)
+		}
+	}
+	base := t.b.DeviceAddrBase()
+	for done := 0; done < len(pages); {
+		k := min(len(pages)-done, stagePages)
+		var ps []nvPiece
+		for i, p := range pages[done : done+k] {
+			ps = appendPiece(ps, base+uint64(p)*pageBytes, uint64(t.stage)+uint64(i)*pageBytes, pageBytes)
+		}
+		if err := t.copyPieces(ps); err != nil {
+			return err
+		}
+		if err := t.fetch(buf[done*pageBytes : (done+k)*pageBytes]); err != nil {
+			return err
+		}
+		done += k
+	}
+	return nil
+}
+
+// copyPieces runs gmig_copy_pieces over ps on the tracker's stream.
+func (t *LocalTracker) copyPieces(ps []nvPiece) error {
+	for len(ps) > 0 {
+		n := min(len(ps), len(t.table))
+		copy(t.table, ps[:n])
+		if err := t.b.dev.Launch(t.b.g.fn.copyPieces, uint32(min(n, pieceBlocks)), blockThreads, t.stream,
+			uint64(t.tableDev), uint64(n)); err != nil {
+			return err
+		}
+		if err := t.b.dev.Sync(t.stream); err != nil {
+			return err
+		}
+		ps = ps[n:]
+	}
+	return nil
+}
+
+// hash runs gmig_xxh64_pages over n pages at base into out and waits.
+func (t *LocalTracker) hash(base, n, out uint64) error {
+	grid := uint32((4*n + blockThreads - 1) / blockThreads)
+	if err := t.b.dev.Launch(t.b.g.fn.hashPages, grid, blockThreads, t.stream, base, 0, n, out); err != nil {
+		return err
+	}
+	return t.b.dev.Sync(t.stream)
+}
+
+// fetch copies the start of staging into dst and waits.
+func (t *LocalTracker) fetch(dst []byte) error {
+	if err := t.b.dev.CopyDtoH(dst, t.stage, t.stream); err != nil {
+		return err
+	}
+	return t.b.dev.Sync(t.stream)
+}
+
+// Close frees the tracker's buffers and stream.
+func (t *LocalTracker) Close() error {
+	d := t.b.dev
+	var first error
+	keep := func(err error) {
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	for _, b := range []*[]byte{&t.tableRaw, &t.listRaw} {
+		if *b != nil {
+			keep(d.FreeHost(*b))
+			*b = nil
+		}
+	}
+	t.table = nil
+	for _, p := range []*cuda.DevPtr{&t.stage, &t.sums, &t.now} {
+		if *p != 0 {
+			keep(d.Free(*p))
+			*p = 0
+		}
+	}
+	if t.stream != 0 {
+		keep(d.DestroyStream(t.stream))
+		t.stream = 0
+	}
+	return first
+}
+
+// LoadLocal copies src into device-local memory at byte off (a
+// migration's received local pages) and waits. Call it with the engine
+// quiesced (a destination's is).
+func (b *NVIDIA) LoadLocal(off uint64, src []byte) error {
+	if b.local == nil || off > b.cfg.LocalSize || uint64(len(src)) > b.cfg.LocalSize-off {
+		return fmt.Errorf("nvidia: loading %d bytes at %#x into %d of device-local memory", len(src), off, b.cfg.LocalSize)
+	}
+	base := b.DeviceAddrBase() + off
+	for o := 0; o < len(src); o += stageBytes {
+		end := min(len(src), o+stageBytes)
+		if err := b.dev.CopyHtoD(cuda.DevPtr(base+uint64(o)), src[o:end], b.stream); err != nil {
+			return fmt.Errorf("nvidia: loading device-local memory: %w", err)
+		}
+	}
+	return b.dev.Sync(b.stream)
+}
