@@ -46,6 +46,12 @@ type benchResult struct {
 	Strategy precopy.Strategy `json:"strategy"`
 	Run      int              `json:"run"`
 	Timeline benchTimeline    `json:"timeline"`
+	// FullHash: run without the log of the guest's writes (the stop
+	// phase hashed every page).
+	FullHash bool `json:"full_hash,omitempty"`
+	// BurstPages is the pages the dirty profile's guest wrote after the
+	// pre-copy.
+	BurstPages int `json:"burst_pages,omitempty"`
 
 	DowntimeMS  float64  `json:"downtime_ms"`  // pause → resume, host clock
 	GuestGapMS  float64  `json:"guest_gap_ms"` // largest guest heartbeat gap
