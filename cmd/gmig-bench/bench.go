@@ -137,7 +137,7 @@ func cmdBench(args []string) error {
 	c.qemuCfg.flags(fs)
 	fs.StringVar(&c.outDir, "out", "", "write results.json, results.md and PNG plots here")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run here (go tool pprof)")
-	replot := fs.String("replot", "", "run nothing: read this results.json, print its tables and write results.md and the plots into -out")
+	replot := fs.String("replot", "", "run nothing: read these results.json files (comma-separated: their results together, as of one run), print the tables and write results.md and the plots into -out")
 	logLevel := fs.String("log-level", "warn", "gmigd log level")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -451,16 +451,34 @@ func (c *benchConfig) run(ctx context.Context) error {
 	return nil
 }
 
-// replot prints the tables of a results.json and writes its markdown and
+// replot prints the tables of one or more results.json (paths
+// comma-separated: their commands joined with "; ", their results
+// appended in order, the first's machine) and writes the markdown and the
 // plots into the output directory.
-func (c *benchConfig) replot(path string) error {
+func (c *benchConfig) replot(paths string) error {
 	var f benchFile
-	if err := readResults(path, &f); err != nil {
-		return err
+	for i, path := range strings.Split(paths, ",") {
+		var g benchFile
+		if err := readResults(path, &g); err != nil {
+			return err
+		}
+		if i == 0 {
+			f = g
+			continue
+		}
+		f.Command += "; " + g.Command
+		f.Results = append(f.Results, g.Results...)
+		f.Overhead = append(f.Overhead, g.Overhead...)
+		if g.Finished.After(f.Finished) {
+			f.Finished, f.Machine.Load1End = g.Finished, g.Machine.Load1End
+		}
 	}
 	writeTables(c.out, &f)
 	if c.outDir == "" {
 		return nil
+	}
+	if err := os.MkdirAll(c.outDir, 0o755); err != nil {
+		return err
 	}
 	md, err := os.Create(filepath.Join(c.outDir, "results.md"))
 	if err != nil {

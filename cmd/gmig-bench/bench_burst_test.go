@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -135,5 +138,35 @@ func TestBenchBurstTracking(t *testing.T) {
 		if !strings.Contains(s, want) {
 			t.Errorf("tables lack %q:\n%s", want, s)
 		}
+	}
+}
+
+// TestReplotMerges: -replot with two results.json files shows the
+// results of both in one side-by-side table (the write log's run and the
+// full hash's run made apart).
+func TestReplotMerges(t *testing.T) {
+	dir := t.TempDir()
+	hash := fakeResult("oneshot+hash", precopy.OneShot, 1, 70*time.Millisecond, 10*time.Millisecond, 100)
+	hash.FullHash = true
+	for i, rs := range [][]benchResult{{fakeResult("oneshot", precopy.OneShot, 1, 30*time.Millisecond, 10*time.Millisecond, 100)}, {hash}} {
+		c := benchConfig{outDir: filepath.Join(dir, fmt.Sprint(i))}
+		if err := c.save(&benchFile{Command: fmt.Sprint("run ", i), Results: rs}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out bytes.Buffer
+	c := benchConfig{out: &out, outDir: filepath.Join(dir, "both")}
+	if err := c.replot(filepath.Join(dir, "0", "results.json") + "," + filepath.Join(dir, "1", "results.json")); err != nil {
+		t.Fatal(err)
+	}
+	md, err := os.ReadFile(filepath.Join(c.outDir, "results.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "| inproc | render | 1 GiB | oneshot | 40.00 (30.00 + 10.00) | 80.00 (70.00 + 10.00) | 0.50 |"; !strings.Contains(string(md), want) || !strings.Contains(string(md), "run 0; run 1") {
+		t.Fatalf("results.md lacks %q or the two commands:\n%s", want, md)
+	}
+	if err := c.replot(filepath.Join(dir, "none.json")); err == nil {
+		t.Fatal("a missing results.json replotted")
 	}
 }

@@ -139,8 +139,8 @@ func (r benchResult) term(name string) float64 {
 
 // summary is the result in one progress line.
 func (r benchResult) summary() string {
-	s := fmt.Sprintf("pre-copy %.0f ms (%.1f MiB); downtime %.2f ms, guest gap %.2f ms; stop phase %.2f ms = %.2fx its limit %.2f ms; %d pages (%.1f MiB) in the downtime; dirty rate %.1f of %.1f MiB/s",
-		r.PrecopyMS, mibs(r.PrecopyBytes), r.DowntimeMS, r.GuestGapMS, r.StopPhaseMS, r.StopVsLimit, r.LimitMS,
+	s := fmt.Sprintf("pre-copy %.0f ms (%.1f MiB); downtime %.2f ms (scan %.2f + transfer %.2f), guest gap %.2f ms; stop phase %.2f ms = %.2fx its limit %.2f ms; %d pages (%.1f MiB) in the downtime; dirty rate %.1f of %.1f MiB/s",
+		r.PrecopyMS, mibs(r.PrecopyBytes), r.DowntimeMS, r.term(orchestrator.TermScan), r.term(orchestrator.TermTransfer), r.GuestGapMS, r.StopPhaseMS, r.StopVsLimit, r.LimitMS,
 		r.StopPages, mibs(r.StopBytes), r.RateAchieved, r.RateAsked)
 	if st := r.Report.Precopy.Stop; st.Transfer > 0 {
 		// The vGPU stream's rate against the loopback limit of its
