@@ -454,7 +454,8 @@ func (c *benchConfig) run(ctx context.Context) error {
 // replot prints the tables of one or more results.json (paths
 // comma-separated: their commands joined with "; ", their results
 // appended in order, the first's machine) and writes the markdown and the
-// plots into the output directory.
+// plots into the output directory, and there the results of several as
+// one results.json.
 func (c *benchConfig) replot(paths string) error {
 	var f benchFile
 	for i, path := range strings.Split(paths, ",") {
@@ -476,6 +477,13 @@ func (c *benchConfig) replot(paths string) error {
 	writeTables(c.out, &f)
 	if c.outDir == "" {
 		return nil
+	}
+	if strings.Contains(paths, ",") {
+		// The results together, as one run's results.json (and results.md).
+		if err := c.save(&f); err != nil {
+			return err
+		}
+		return writePlots(c.outDir, &f)
 	}
 	if err := os.MkdirAll(c.outDir, 0o755); err != nil {
 		return err

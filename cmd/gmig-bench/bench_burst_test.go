@@ -166,6 +166,10 @@ func TestReplotMerges(t *testing.T) {
 	if want := "| inproc | render | 1 GiB | oneshot | 40.00 (30.00 + 10.00) | 80.00 (70.00 + 10.00) | 0.50 |"; !strings.Contains(string(md), want) || !strings.Contains(string(md), "run 0; run 1") {
 		t.Fatalf("results.md lacks %q or the two commands:\n%s", want, md)
 	}
+	var both benchFile
+	if err := readResults(filepath.Join(c.outDir, "results.json"), &both); err != nil || len(both.Results) != 2 {
+		t.Fatalf("the merged results.json: %d results, %v", len(both.Results), err)
+	}
 	if err := c.replot(filepath.Join(dir, "none.json")); err == nil {
 		t.Fatal("a missing results.json replotted")
 	}
