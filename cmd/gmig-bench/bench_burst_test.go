@@ -106,6 +106,9 @@ func TestBenchBurstTracking(t *testing.T) {
 	if err := readResults(filepath.Join(c.outDir, "results.json"), f); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := os.Stat(filepath.Join(c.outDir, "downtime-vs-memory.png")); err != nil {
+		t.Errorf("no plot of downtime against vGPU memory: %v", err)
+	}
 	seen := map[string]bool{}
 	for _, r := range f.Results {
 		seen[r.Variant] = true
@@ -172,5 +175,20 @@ func TestReplotMerges(t *testing.T) {
 	}
 	if err := c.replot(filepath.Join(dir, "none.json")); err == nil {
 		t.Fatal("a missing results.json replotted")
+	}
+}
+
+// TestPlotOneSize: a memory sweep of one size draws no downtime-vs-memory
+// plot (a log axis of one value has no range: gonum/plot panicked) and
+// fails nothing.
+func TestPlotOneSize(t *testing.T) {
+	r := fakeResult("oneshot", precopy.OneShot, 1, 30*time.Millisecond, 10*time.Millisecond, 100)
+	r.Case.Sweep, r.Case.Mem = "memory", 16<<20
+	dir := t.TempDir()
+	if err := writePlots(dir, &benchFile{Results: []benchResult{r}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "downtime-vs-memory.png")); err == nil {
+		t.Error("a plot of one size")
 	}
 }

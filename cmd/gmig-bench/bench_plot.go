@@ -73,9 +73,19 @@ func memoryPlots(order []groupKey, m map[groupKey]benchResult) (map[string]*plot
 	}
 	out := map[string]*plot.Plot{}
 	for _, l := range lines {
-		p, err := plotVsMemory(order, m, func(r benchResult) bool {
+		on := func(r benchResult) bool {
 			return memorySwept(r) && r.Case.Mode == l.mode && r.Case.Workload == l.workload
-		})
+		}
+		sizes := map[uint64]bool{}
+		for _, k := range order {
+			if r := m[k]; on(r) {
+				sizes[r.Case.Mem] = true
+			}
+		}
+		if len(sizes) < 2 {
+			continue // one size is no line (and a log axis of one value has no range)
+		}
+		p, err := plotVsMemory(order, m, on)
 		if err != nil {
 			return nil, fmt.Errorf("plot downtime vs memory, %s %s: %w", l.mode, l.workload, err)
 		}
