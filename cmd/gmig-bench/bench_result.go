@@ -202,6 +202,9 @@ func commandLine(args []string) string {
 				val = rel
 			}
 		}
+		if val == "" {
+			val = `""` // an empty argument, as a shell would take it
+		}
 		if isFlag {
 			val = name + "=" + val
 		}

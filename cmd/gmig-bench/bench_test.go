@@ -55,8 +55,8 @@ func TestCommandLineRelative(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := commandLine([]string{"/usr/local/bin/gmig-bench", "-mem", "1G", "-out", filepath.Join(wd, "results", "a1"),
-		"-cpuprofile=" + filepath.Join(wd, "cpu.prof"), "-profiles", "render:rate=300"})
-	want := "gmig-bench -mem 1G -out " + filepath.Join("results", "a1") + " -cpuprofile=cpu.prof -profiles render:rate=300"
+		"-cpuprofile=" + filepath.Join(wd, "cpu.prof"), "-profiles", "render:rate=300", "-mem-profile", ""})
+	want := "gmig-bench -mem 1G -out " + filepath.Join("results", "a1") + ` -cpuprofile=cpu.prof -profiles render:rate=300 -mem-profile ""`
 	if got != want {
 		t.Fatalf("command line %q, want %q", got, want)
 	}
