@@ -32,11 +32,11 @@ import (
 // gmigd daemons, QEMU, the Linux guest). docs/benchmarks.md explains the
 // output.
 type benchConfig struct {
-	profiles    []guest.WorkloadConfig // compared at mem
+	profiles    []benchProfile // compared at mem
 	mem         uint64
-	mems        []uint64 // memory sweep of memProfile
-	memProfile  guest.WorkloadConfig
-	rates       []float64 // dirty-rate sweep of rateProfile at mem
+	mems        []uint64       // memory sweep of memProfiles
+	memProfiles []benchProfile // each swept over mems
+	rates       []float64      // dirty-rate sweep of rateProfile at mem
 	rateProfile guest.WorkloadConfig
 	fill        float64
 	fps         float64
@@ -51,8 +51,11 @@ type benchConfig struct {
 	runs          int
 	bgRate        int
 	noTracking    bool // no log of the guest's aperture writes: the stop phase hashes every page
-	workers       int
-	streams       int // the vGPU stop phase's streams (0: precopy.DefaultStreams)
+	// compareTracking runs every variant but stopcopy (which hashes
+	// nothing) twice: with the log and with the full hash.
+	compareTracking bool
+	workers         int
+	streams         int // the vGPU stop phase's streams (0: precopy.DefaultStreams)
 
 	overhead        time.Duration // tracking overhead measurement (0: none)
 	overheadProfile guest.WorkloadConfig
@@ -75,7 +78,14 @@ type benchCase struct {
 	Sweep    string               `json:"sweep"` // "profiles", "memory" or "rate", joined by "+" when a case serves several
 	Workload string               `json:"workload"`
 	Mem      uint64               `json:"mem_bytes"`
+	Burst    *burstSpec           `json:"burst,omitempty"` // the dirty profile (no workload; bench_burst.go)
 	cfg      guest.WorkloadConfig // Workload, parsed
+}
+
+// benchProfile is a guest workload profile, or the dirty profile.
+type benchProfile struct {
+	w     guest.WorkloadConfig
+	burst *burstSpec
 }
 
 func (c benchCase) String() string {
@@ -94,9 +104,9 @@ func cmdBench(args []string) error {
 	fs := flag.NewFlagSet("gmig-bench", flag.ContinueOnError)
 	mem := cmdline.ByteSize(1 << 30)
 	fs.Var(&mem, "mem", "vGPU memory of the profile comparison and the rate sweep")
-	profiles := fs.String("profiles", "render", "workload profiles to compare at -mem, comma-separated (idle, render, stencil, churn, inference, cpu, mixed, or all); settings after a colon: render:rate=300:fps=30")
+	profiles := fs.String("profiles", "render", "workload profiles to compare at -mem, comma-separated (idle, render, stencil, churn, inference, cpu, mixed, or all; and dirty:pct=P or dirty:bytes=SIZE, no workload but a burst of guest stores into P % of the pages, or SIZE's worth, spread over the vGPU once the pre-copy is done); settings after a colon: render:rate=300:fps=30")
 	mems := fs.String("mems", "", "memory sweep: vGPU sizes for -mem-profile, comma-separated (e.g. 256M,512M,1G,2G,4G)")
-	memProfile := fs.String("mem-profile", "render", "the memory sweep's profile")
+	memProfile := fs.String("mem-profile", "render", "the memory sweep's profiles, comma-separated as -profiles (each swept over -mems)")
 	rates := fs.String("rates", "", "dirty-rate sweep: MiB/s for -rate-profile at -mem, comma-separated (0 runs idle)")
 	rateProfile := fs.String("rate-profile", "churn", "the rate sweep's profile")
 	fs.Float64Var(&c.fill, "fill", 0.75, "fraction of the vGPU's pages the guest fills with resident data before its workload (textures, weights)")
@@ -115,7 +125,8 @@ func cmdBench(args []string) error {
 	fs.IntVar(&c.workers, "workers", 0, "hashing workers (default GOMAXPROCS)")
 	fs.IntVar(&c.streams, "streams", 0, fmt.Sprintf("in-process: the vGPU stop phase's streams, 1 … %d (0: %d here); each run prints its GB/s beside the loopback of as many streams",
 		precopy.MaxDefaultStreams, precopy.DefaultStreams()))
-	fs.BoolVar(&c.noTracking, "no-tracking", false, "in-process matrix: no log of the guest's aperture writes (the stop phase hashes every page), for before/after")
+	fs.BoolVar(&c.noTracking, "no-tracking", false, "no log of the guest's aperture writes (the stop phase hashes every page), in process and with -qemu, for before/after")
+	fs.BoolVar(&c.compareTracking, "compare-tracking", false, "run oneshot and iterative twice, with the write log and with the full hash (variant +hash), and print them side by side (stopcopy hashes nothing: once)")
 	fs.DurationVar(&c.overhead, "overhead", 0, "measure dirty tracking's steady-state cost for this long (0: skip), alternating off and on")
 	ovProfile := fs.String("overhead-profile", "render:fps=0", "the overhead measurement's workload (unpaced: throughput)")
 	ovMem := cmdline.ByteSize(256 << 20)
@@ -126,7 +137,7 @@ func cmdBench(args []string) error {
 	c.qemuCfg.flags(fs)
 	fs.StringVar(&c.outDir, "out", "", "write results.json, results.md and PNG plots here")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run here (go tool pprof)")
-	replot := fs.String("replot", "", "run nothing: read this results.json, print its tables and write results.md and the plots into -out")
+	replot := fs.String("replot", "", "run nothing: read these results.json files (comma-separated: their results together, as of one run), print the tables and write results.md and the plots into -out")
 	logLevel := fs.String("log-level", "warn", "gmigd log level")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -137,10 +148,10 @@ func cmdBench(args []string) error {
 	}
 	c.mem, c.wmem = uint64(mem), uint64(wmem)
 	c.overheadMem = uint64(ovMem)
-	if c.profiles, err = parseProfiles(*profiles); err != nil {
+	if c.profiles, err = parseBenchProfiles(*profiles); err != nil {
 		return err
 	}
-	if c.memProfile, err = parseProfile(*memProfile); err != nil {
+	if c.memProfiles, err = parseBenchProfiles(*memProfile); err != nil {
 		return err
 	}
 	if c.rateProfile, err = parseProfile(*rateProfile); err != nil {
@@ -160,6 +171,14 @@ func cmdBench(args []string) error {
 	}
 	if c.steps < 4 || c.runs < 1 || c.fill < 0 || c.fill > 1 || c.fps < 0 || c.streams < 0 || c.streams > precopy.MaxDefaultStreams {
 		return fmt.Errorf("want -steps ≥ 4, -runs ≥ 1, -fill in [0, 1], -fps ≥ 0 and -streams in [0, %d]", precopy.MaxDefaultStreams)
+	}
+	if c.qemu {
+		if err := c.qemuCfg.parse(); err != nil {
+			return err
+		}
+	}
+	if c.noTracking && c.compareTracking {
+		return fmt.Errorf("gmig-bench: -no-tracking and -compare-tracking: choose one")
 	}
 	if c.outDir != "" {
 		if err := os.MkdirAll(c.outDir, 0o755); err != nil {
@@ -200,6 +219,32 @@ func parseProfiles(s string) ([]guest.WorkloadConfig, error) {
 			return nil, err
 		}
 		out = append(out, w)
+	}
+	return out, nil
+}
+
+// parseBenchProfiles reads -profiles or -mem-profile: guest workload
+// profiles and dirty profiles.
+func parseBenchProfiles(s string) ([]benchProfile, error) {
+	var out []benchProfile
+	var rest []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p == burstProfile || strings.HasPrefix(p, burstProfile+":") {
+			b, err := parseBurst(p)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, benchProfile{burst: &b})
+			continue
+		}
+		rest = append(rest, p)
+	}
+	ws, err := parseProfiles(strings.Join(rest, ","))
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range ws {
+		out = append(out, benchProfile{w: w})
 	}
 	return out, nil
 }
@@ -272,9 +317,12 @@ func (c *benchConfig) workload(w guest.WorkloadConfig) guest.WorkloadConfig {
 func (c *benchConfig) cases(mode string) []benchCase {
 	var out []benchCase
 	at := map[string]int{}
-	add := func(sweep string, w guest.WorkloadConfig, mem uint64) {
-		w = c.workload(w)
+	add := func(sweep string, bp benchProfile, mem uint64) {
+		w := c.workload(bp.w)
 		bc := benchCase{Mode: mode, Sweep: sweep, Workload: w.Spec(), Mem: mem, cfg: w}
+		if bp.burst != nil {
+			bc.Workload, bc.Burst, bc.cfg = bp.burst.String(), bp.burst, guest.WorkloadConfig{}
+		}
 		key := bc.String()
 		if i, ok := at[key]; ok {
 			out[i].Sweep += "+" + sweep // one run serves both sweeps
@@ -283,11 +331,13 @@ func (c *benchConfig) cases(mode string) []benchCase {
 		at[key] = len(out)
 		out = append(out, bc)
 	}
-	for _, w := range c.profiles {
-		add("profiles", w, c.mem)
+	for _, bp := range c.profiles {
+		add("profiles", bp, c.mem)
 	}
-	for _, m := range c.mems {
-		add("memory", c.memProfile, m)
+	for _, bp := range c.memProfiles {
+		for _, m := range c.mems {
+			add("memory", bp, m)
+		}
 	}
 	for _, r := range c.rates {
 		w := c.rateProfile
@@ -296,7 +346,7 @@ func (c *benchConfig) cases(mode string) []benchCase {
 		} else {
 			w.Rate = r
 		}
-		add("rate", w, c.mem)
+		add("rate", benchProfile{w: w}, c.mem)
 	}
 	return out
 }
@@ -313,26 +363,40 @@ func (c *benchConfig) workerCount() int {
 func (c *benchConfig) variants() []benchVariant {
 	var out []benchVariant
 	for _, st := range c.strategies {
-		out = append(out, benchVariant{Strategy: st})
+		// Stop-and-copy hashes nothing: the log changes nothing there.
+		hashed := st != precopy.StopCopy
+		out = append(out, benchVariant{Strategy: st, FullHash: c.noTracking && hashed})
+		if c.compareTracking && hashed {
+			out = append(out, benchVariant{Strategy: st, FullHash: true})
+		}
 		if c.compareSerial && (st == precopy.OneShot || st == precopy.StopCopy) {
-			out = append(out, benchVariant{Strategy: st, Serial: true})
+			out = append(out, benchVariant{Strategy: st, Serial: true, FullHash: c.noTracking && hashed})
 		}
 	}
 	return out
 }
 
-// benchVariant is a strategy, and whether its stop phase is the serial
-// one (scan everything, then send).
+// benchVariant is a strategy, whether its stop phase is the serial one
+// (scan everything, then send), and whether it runs without the log of
+// the guest's writes (the stop phase hashes every page).
 type benchVariant struct {
 	Strategy precopy.Strategy
 	Serial   bool
+	FullHash bool
 }
 
+// fullHashSuffix marks a variant run without the write log.
+const fullHashSuffix = "+hash"
+
 func (v benchVariant) String() string {
+	s := string(v.Strategy)
 	if v.Serial {
-		return string(v.Strategy) + "-serial"
+		s += "-serial"
 	}
-	return string(v.Strategy)
+	if v.FullHash {
+		s += fullHashSuffix
+	}
+	return s
 }
 
 func (c *benchConfig) run(ctx context.Context) error {
@@ -387,20 +451,42 @@ func (c *benchConfig) run(ctx context.Context) error {
 	return nil
 }
 
-// replot prints the tables of a results.json and writes its markdown and
-// plots into the output directory.
-func (c *benchConfig) replot(path string) error {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
+// replot prints the tables of one or more results.json (paths
+// comma-separated: their commands joined with "; ", their results
+// appended in order, the first's machine) and writes the markdown and the
+// plots into the output directory, and there the results of several as
+// one results.json.
+func (c *benchConfig) replot(paths string) error {
 	var f benchFile
-	if err := json.Unmarshal(b, &f); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
+	for i, path := range strings.Split(paths, ",") {
+		var g benchFile
+		if err := readResults(path, &g); err != nil {
+			return err
+		}
+		if i == 0 {
+			f = g
+			continue
+		}
+		f.Command += "; " + g.Command
+		f.Results = append(f.Results, g.Results...)
+		f.Overhead = append(f.Overhead, g.Overhead...)
+		if g.Finished.After(f.Finished) {
+			f.Finished, f.Machine.Load1End = g.Finished, g.Machine.Load1End
+		}
 	}
 	writeTables(c.out, &f)
 	if c.outDir == "" {
 		return nil
+	}
+	if strings.Contains(paths, ",") {
+		// The results together, as one run's results.json (and results.md).
+		if err := c.save(&f); err != nil {
+			return err
+		}
+		return writePlots(c.outDir, &f)
+	}
+	if err := os.MkdirAll(c.outDir, 0o755); err != nil {
+		return err
 	}
 	md, err := os.Create(filepath.Join(c.outDir, "results.md"))
 	if err != nil {
@@ -411,6 +497,18 @@ func (c *benchConfig) replot(path string) error {
 		return err
 	}
 	return writePlots(c.outDir, &f)
+}
+
+// readResults reads a results.json.
+func readResults(path string, f *benchFile) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, f); err != nil {
+		return fmt.Errorf("gmig-bench: %s: %w", path, err)
+	}
+	return nil
 }
 
 // statusf writes a progress line.

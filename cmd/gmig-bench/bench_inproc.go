@@ -102,22 +102,34 @@ func (r *refDigests) get(ctx context.Context, c *benchConfig, w guest.WorkloadCo
 // runInProcCase migrates one case with every variant, runs times each.
 func (c *benchConfig) runInProcCase(ctx context.Context, bc benchCase, n *int, total int) ([]benchResult, error) {
 	tl := c.timeline(bc.cfg, bc.Mem)
-	c.statusf("== %s: measuring this machine's rates; reference digest (%d steps)\n", bc, tl.Steps)
+	var want [32]byte
+	if bc.Burst != nil {
+		c.statusf("== %s: measuring this machine's rates\n", bc)
+	} else {
+		c.statusf("== %s: measuring this machine's rates; reference digest (%d steps)\n", bc, tl.Steps)
+	}
 	rates, err := measureRates(c.workerCount())
 	if err != nil {
 		return nil, err
 	}
-	want, err := references.get(ctx, c, bc.cfg, tl.Steps)
-	if err != nil {
-		return nil, err
+	if bc.Burst == nil {
+		if want, err = references.get(ctx, c, bc.cfg, tl.Steps); err != nil {
+			return nil, err
+		}
 	}
 	var out []benchResult
 	for _, v := range c.variants() {
 		for r := 1; r <= c.runs; r++ {
 			*n++
-			c.statusf("[%d/%d] %s, %s run %d: fill, warm-up to step %d, migrate, pause at step %d op %d ...\n",
-				*n, total, bc, v, r, tl.StartAt, tl.PauseAt, tl.PauseOp)
-			res, err := c.migrateInProc(ctx, bc, v, tl, want)
+			var res benchResult
+			if bc.Burst != nil {
+				c.statusf("[%d/%d] %s, %s run %d: fill, migrate, the guest's stores once the pre-copy is done, pause ...\n", *n, total, bc, v, r)
+				res, err = c.migrateBurst(ctx, bc, v)
+			} else {
+				c.statusf("[%d/%d] %s, %s run %d: fill, warm-up to step %d, migrate, pause at step %d op %d ...\n",
+					*n, total, bc, v, r, tl.StartAt, tl.PauseAt, tl.PauseOp)
+				res, err = c.migrateInProc(ctx, bc, v, tl, want)
+			}
 			res.Run, res.Rates = r, rates
 			res.finish()
 			out = append(out, res)
@@ -134,7 +146,7 @@ func (c *benchConfig) runInProcCase(ctx context.Context, bc benchCase, n *int, t
 // it with variant v to a fresh destination host through the orchestrator
 // (hostd.Host.MigrateVM), lets it finish there and checks its digest.
 func (c *benchConfig) migrateInProc(ctx context.Context, bc benchCase, v benchVariant, tl benchTimeline, want [32]byte) (benchResult, error) {
-	res := benchResult{Case: bc, Variant: v.String(), Strategy: v.Strategy, Timeline: tl,
+	res := benchResult{Case: bc, Variant: v.String(), Strategy: v.Strategy, Timeline: tl, FullHash: v.FullHash,
 		RateAsked: float64(bc.cfg.StepPages()) * fpsOf(bc.cfg) / 256}
 	p, err := inproc.New(bc.Mem+(32<<20), c.log, nil)
 	if err != nil {
@@ -174,7 +186,7 @@ func (c *benchConfig) migrateInProc(ctx context.Context, bc benchCase, v benchVa
 	var liveEnd time.Time
 	rep, err := p.Migrate(ctx, 0, "bench", hostd.MigrateOptions{
 		Precopy:    precopy.Options{Strategy: v.Strategy, BackgroundRate: c.bgRate, Workers: c.workers, SerialStop: v.Serial, Streams: c.streams},
-		NoTracking: c.noTracking,
+		NoTracking: v.FullHash,
 		Progress: func(pr orchestrator.Progress) {
 			switch pr.Phase {
 			case orchestrator.PhaseVGPULive:

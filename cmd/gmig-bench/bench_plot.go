@@ -16,7 +16,8 @@ import (
 )
 
 // writePlots draws the run's PNGs into dir: downtime against vGPU memory
-// (the memory sweep), against the dirty rate (the rate sweep), pages in
+// (the memory sweep: one plot per workload and mode, a line per variant,
+// the write log's and the full hash's apart), against the dirty rate (the rate sweep), pages in
 // the downtime per strategy (the profile comparison) and the downtime
 // split into its terms (the profile comparison's first case, and its
 // real-VM twin).
@@ -26,7 +27,6 @@ func writePlots(dir string, f *benchFile) error {
 		name string
 		fn   func([]groupKey, map[groupKey]benchResult) (*plot.Plot, error)
 	}{
-		{"downtime-vs-memory.png", plotVsMemory},
 		{"downtime-vs-rate.png", plotVsRate},
 		{"pages-in-downtime.png", plotStopPages},
 		{"downtime-terms.png", plotTerms},
@@ -43,7 +43,73 @@ func writePlots(dir string, f *benchFile) error {
 			return fmt.Errorf("plot %s: %w", pl.name, err)
 		}
 	}
+	mps, err := memoryPlots(order, m)
+	if err != nil {
+		return err
+	}
+	for name, p := range mps {
+		if err := p.Save(8*vg.Inch, 5*vg.Inch, filepath.Join(dir, name)); err != nil {
+			return fmt.Errorf("plot %s: %w", name, err)
+		}
+	}
 	return nil
+}
+
+// memorySwept reports whether r is on a downtime-vs-size line: the
+// in-process memory sweep, or a real-VM case.
+func memorySwept(r benchResult) bool { return inSweep(r, "memory") || r.Case.Mode == "qemu" }
+
+// memoryPlots draws downtime against vGPU memory, one plot per mode and
+// workload of the memory sweep: downtime-vs-memory.png where there is one,
+// else downtime-vs-memory-MODE-WORKLOAD.png each.
+func memoryPlots(order []groupKey, m map[groupKey]benchResult) (map[string]*plot.Plot, error) {
+	type line struct{ mode, workload string }
+	var lines []line
+	for _, k := range order {
+		r := m[k]
+		if l := (line{r.Case.Mode, r.Case.Workload}); memorySwept(r) && !slices.Contains(lines, l) {
+			lines = append(lines, l)
+		}
+	}
+	out := map[string]*plot.Plot{}
+	for _, l := range lines {
+		on := func(r benchResult) bool {
+			return memorySwept(r) && r.Case.Mode == l.mode && r.Case.Workload == l.workload
+		}
+		sizes := map[uint64]bool{}
+		for _, k := range order {
+			if r := m[k]; on(r) {
+				sizes[r.Case.Mem] = true
+			}
+		}
+		if len(sizes) < 2 {
+			continue // one size is no line (and a log axis of one value has no range)
+		}
+		p, err := plotVsMemory(order, m, on)
+		if err != nil {
+			return nil, fmt.Errorf("plot downtime vs memory, %s %s: %w", l.mode, l.workload, err)
+		}
+		if p == nil {
+			continue
+		}
+		name := "downtime-vs-memory.png"
+		if len(lines) > 1 {
+			name = "downtime-vs-memory-" + fileSlug(l.mode+"-"+l.workload) + ".png"
+		}
+		out[name] = p
+	}
+	return out, nil
+}
+
+// fileSlug keeps letters, digits, dots and dashes of s; the rest become
+// dashes.
+func fileSlug(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '-' {
+			return r
+		}
+		return '-'
+	}, s)
 }
 
 // inSweep reports whether r is an in-process result of sweep.
@@ -101,25 +167,29 @@ func lines(title, xlabel string, order []groupKey, m map[groupKey]benchResult,
 	return p, nil
 }
 
-func plotVsMemory(order []groupKey, m map[groupKey]benchResult) (*plot.Plot, error) {
-	var name string
+func plotVsMemory(order []groupKey, m map[groupKey]benchResult, on func(benchResult) bool) (*plot.Plot, error) {
+	var name, mode string
 	keep := func(r benchResult) bool {
-		if !inSweep(r, "memory") {
+		if !on(r) {
 			return false
 		}
-		name = r.Case.Workload
+		name, mode = r.Case.Workload, r.Case.Mode
 		return true
 	}
 	var ticks []plot.Tick
 	for _, k := range order {
-		if r := m[k]; inSweep(r, "memory") {
+		if r := m[k]; on(r) {
 			g := float64(r.Case.Mem) / (1 << 30)
 			ticks = append(ticks, plot.Tick{Value: g, Label: strconv.FormatFloat(g, 'g', -1, 64)})
 		}
 	}
 	p, err := lines("", "vGPU memory (GiB, log scale)", order, m, keep, func(r benchResult) float64 { return float64(r.Case.Mem) / (1 << 30) })
 	if p != nil {
-		p.Title.Text = "Downtime vs vGPU memory: " + name + ", in process (log scales)"
+		where := "in process"
+		if mode == "qemu" {
+			where = "real VMs"
+		}
+		p.Title.Text = "Downtime vs vGPU memory: " + name + ", " + where + " (log scales; +hash: no write log)"
 		p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
 		p.X.Tick.Marker, p.Y.Tick.Marker = plot.ConstantTicks(ticks), plot.LogTicks{Prec: -1}
 	}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gmig-dev/gmig/guest"
@@ -63,16 +64,24 @@ func (q *qemuBenchConfig) gmigdBinary() (string, error) {
 	return p, nil
 }
 
+// parse reads -qemu-mems and -qemu-profiles. The in-guest program runs
+// guest workload profiles only: the dirty profile is refused.
+func (q *qemuBenchConfig) parse() error {
+	var err error
+	if q.mems, err = parseSizes(q.memsFlag); err != nil {
+		return fmt.Errorf("gmig-bench: -qemu-mems: %w", err)
+	}
+	if strings.Contains(q.profFlag, burstProfile) {
+		return fmt.Errorf("gmig-bench: -qemu-profiles %q: the %s profile runs in process only (use cpu:mem=SIZE:rate=R for the same dirty bytes)", q.profFlag, burstProfile)
+	}
+	if q.profiles, err = parseProfiles(q.profFlag); err != nil {
+		return fmt.Errorf("gmig-bench: -qemu-profiles: %w", err)
+	}
+	return nil
+}
+
 // cases is the real-VM matrix.
 func (q *qemuBenchConfig) cases(c *benchConfig) []benchCase {
-	mems, err := parseSizes(q.memsFlag)
-	if err == nil {
-		q.mems = mems
-	}
-	profs, err := parseProfiles(q.profFlag)
-	if err == nil {
-		q.profiles = profs
-	}
 	var out []benchCase
 	for _, p := range q.profiles {
 		for _, m := range q.mems {
@@ -167,7 +176,7 @@ func (c *benchConfig) runQEMUCase(ctx context.Context, bc benchCase, n *int, tot
 // the guest prints at its end on b.
 func (c *benchConfig) migrateQEMU(ctx context.Context, bc benchCase, v benchVariant, tl benchTimeline, spec qemu.Spec,
 	a, b *cluster.Daemon, progress uint64, want [32]byte) (benchResult, error) {
-	res := benchResult{Case: bc, Variant: v.String(), Strategy: v.Strategy, Timeline: tl,
+	res := benchResult{Case: bc, Variant: v.String(), Strategy: v.Strategy, Timeline: tl, FullHash: v.FullHash,
 		RateAsked: float64(bc.cfg.StepPages()) * fpsOf(bc.cfg) / 256}
 	_ = os.Remove(a.Console("bench"))
 	_ = os.Remove(b.Console("bench"))
@@ -201,7 +210,7 @@ func (c *benchConfig) migrateQEMU(ctx context.Context, bc benchCase, v benchVari
 	if d := last.at.Sub(first.at); d > 0 {
 		res.RateAchieved = float64(last.step-first.step) * float64(bc.cfg.StepPages()) / 256 / d.Seconds()
 	}
-	rep, err := a.Client.Migrate(ctx, "bench", hostd.MigrateRequest{To: b.Addr, Strategy: string(v.Strategy), BackgroundRate: c.bgRate}, nil)
+	rep, err := a.Client.Migrate(ctx, "bench", hostd.MigrateRequest{To: b.Addr, Strategy: string(v.Strategy), BackgroundRate: c.bgRate, NoTracking: v.FullHash}, nil)
 	res.setReport(rep)
 	if err != nil {
 		_ = a.Client.StopVM("bench")

@@ -46,6 +46,12 @@ type benchResult struct {
 	Strategy precopy.Strategy `json:"strategy"`
 	Run      int              `json:"run"`
 	Timeline benchTimeline    `json:"timeline"`
+	// FullHash: run without the log of the guest's writes (the stop
+	// phase hashed every page).
+	FullHash bool `json:"full_hash,omitempty"`
+	// BurstPages is the pages the dirty profile's guest wrote after the
+	// pre-copy.
+	BurstPages int `json:"burst_pages,omitempty"`
 
 	DowntimeMS  float64  `json:"downtime_ms"`  // pause → resume, host clock
 	GuestGapMS  float64  `json:"guest_gap_ms"` // largest guest heartbeat gap
@@ -133,8 +139,8 @@ func (r benchResult) term(name string) float64 {
 
 // summary is the result in one progress line.
 func (r benchResult) summary() string {
-	s := fmt.Sprintf("pre-copy %.0f ms (%.1f MiB); downtime %.2f ms, guest gap %.2f ms; stop phase %.2f ms = %.2fx its limit %.2f ms; %d pages (%.1f MiB) in the downtime; dirty rate %.1f of %.1f MiB/s",
-		r.PrecopyMS, mibs(r.PrecopyBytes), r.DowntimeMS, r.GuestGapMS, r.StopPhaseMS, r.StopVsLimit, r.LimitMS,
+	s := fmt.Sprintf("pre-copy %.0f ms (%.1f MiB); downtime %.2f ms (scan %.2f + transfer %.2f), guest gap %.2f ms; stop phase %.2f ms = %.2fx its limit %.2f ms; %d pages (%.1f MiB) in the downtime; dirty rate %.1f of %.1f MiB/s",
+		r.PrecopyMS, mibs(r.PrecopyBytes), r.DowntimeMS, r.term(orchestrator.TermScan), r.term(orchestrator.TermTransfer), r.GuestGapMS, r.StopPhaseMS, r.StopVsLimit, r.LimitMS,
 		r.StopPages, mibs(r.StopBytes), r.RateAchieved, r.RateAsked)
 	if st := r.Report.Precopy.Stop; st.Transfer > 0 {
 		// The vGPU stream's rate against the loopback limit of its
@@ -195,6 +201,9 @@ func commandLine(args []string) string {
 			if rel, rerr := filepath.Rel(wd, val); rerr == nil {
 				val = rel
 			}
+		}
+		if val == "" {
+			val = `""` // an empty argument, as a shell would take it
 		}
 		if isFlag {
 			val = name + "=" + val

@@ -218,6 +218,9 @@ func tables(f *benchFile) []table {
 	if s := serialTable(f.Results); len(s.rows) > 0 {
 		ts = append(ts, s)
 	}
+	if tr := trackingTable(f.Results); len(tr.rows) > 0 {
+		ts = append(ts, tr, sizeTable(f.Results))
+	}
 	ts = append(ts, ratesTable(f.Results))
 	for _, o := range f.Overhead {
 		ts = append(ts, o.table())

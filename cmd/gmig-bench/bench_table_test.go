@@ -76,3 +76,44 @@ func TestBenchOutput(t *testing.T) {
 		}
 	}
 }
+
+// TestTrackingTable: a variant run with the write log and without sits
+// in one row, each downtime with its scan and transfer terms, and their
+// ratio; a variant without its twin has no row.
+func TestTrackingTable(t *testing.T) {
+	hash := fakeResult("oneshot+hash", precopy.OneShot, 1, 70*time.Millisecond, 10*time.Millisecond, 100)
+	hash.FullHash = true
+	f := &benchFile{Results: []benchResult{
+		fakeResult("oneshot", precopy.OneShot, 1, 30*time.Millisecond, 10*time.Millisecond, 100), hash,
+		fakeResult("iterative", precopy.Iterative, 1, 30*time.Millisecond, 10*time.Millisecond, 100),
+	}}
+	var md bytes.Buffer
+	writeMarkdown(&md, f)
+	s := md.String()
+	for _, want := range []string{
+		"| mode | dirty at the stop | vGPU | strategy | write log | full hash | log / hash |",
+		"| inproc | render | 1 GiB | oneshot | 40.00 (30.00 + 10.00) | 80.00 (70.00 + 10.00) | 0.50 | 100 | 100 |",
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("markdown lacks %q:\n%s", want, s)
+		}
+	}
+	if strings.Contains(s, "| inproc | render | 1 GiB | iterative | 40.00 (30.00 + 10.00) |") {
+		t.Errorf("iterative has no full-hash twin, yet a row:\n%s", s)
+	}
+}
+
+// TestQEMUProfiles: the real-VM matrix refuses the dirty profile (the
+// in-guest program has no such workload) and a bad size, saying which
+// flag.
+func TestQEMUProfiles(t *testing.T) {
+	for _, q := range []qemuBenchConfig{{memsFlag: "1G", profFlag: "dirty:pct=1"}, {memsFlag: "1X", profFlag: "cpu"}, {memsFlag: "1G", profFlag: "nope"}} {
+		if err := q.parse(); err == nil || !strings.Contains(err.Error(), "-qemu-") {
+			t.Errorf("%+v: %v", q, err)
+		}
+	}
+	q := qemuBenchConfig{memsFlag: "1G,4G", profFlag: "cpu:mem=16M:rate=400"}
+	if err := q.parse(); err != nil || len(q.mems) != 2 || len(q.profiles) != 1 {
+		t.Fatalf("%+v: %v", q, err)
+	}
+}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/gmig-dev/gmig/guest"
 	"github.com/gmig-dev/gmig/precopy"
 )
 
@@ -24,7 +23,7 @@ func TestBenchSmall(t *testing.T) {
 	render, _ := parseProfile("render:rate=20:fps=100")
 	c := benchConfig{
 		out: &out, status: &status, inproc: true, mem: 4 << 20, wmem: 1 << 20, fill: 0.5, steps: 40, seed: 3, runs: 1,
-		profiles: []guest.WorkloadConfig{{}, render}, strategies: precopy.Strategies, log: zerolog.Nop(),
+		profiles: []benchProfile{{}, {w: render}}, strategies: precopy.Strategies, log: zerolog.Nop(),
 		warmup: 50 * time.Millisecond, hold: 200 * time.Millisecond, outDir: t.TempDir(), compareSerial: true,
 		overhead: 400 * time.Millisecond, overheadProfile: render, overheadMem: 4 << 20, overheadBgRate: 1000,
 	}
@@ -56,8 +55,8 @@ func TestCommandLineRelative(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := commandLine([]string{"/usr/local/bin/gmig-bench", "-mem", "1G", "-out", filepath.Join(wd, "results", "a1"),
-		"-cpuprofile=" + filepath.Join(wd, "cpu.prof"), "-profiles", "render:rate=300"})
-	want := "gmig-bench -mem 1G -out " + filepath.Join("results", "a1") + " -cpuprofile=cpu.prof -profiles render:rate=300"
+		"-cpuprofile=" + filepath.Join(wd, "cpu.prof"), "-profiles", "render:rate=300", "-mem-profile", ""})
+	want := "gmig-bench -mem 1G -out " + filepath.Join("results", "a1") + ` -cpuprofile=cpu.prof -profiles render:rate=300 -mem-profile ""`
 	if got != want {
 		t.Fatalf("command line %q, want %q", got, want)
 	}

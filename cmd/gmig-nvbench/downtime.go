@@ -4,8 +4,8 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -42,36 +42,52 @@ type dtResult struct {
 	writeBack uint64        // bytes the source wrote back from the device at quiesce
 }
 
-// downtimeMatrix runs every size x dirty fraction x strategy.
-func downtimeMatrix(ctx context.Context, log zerolog.Logger, gp gpuPair, ss []uint64, fracs []float64, strats []string, share float64, seed int64) error {
-	fmt.Printf("\n== downtime: CUDA back end on both sides, %.0f%% of pages hold data before the guest starts; after the pre-copy the guest dirties a fraction of pages (GPU FILL+RENDER through the ring, half, at most what its GTT maps; CPU stores through the aperture outside the framebuffer, the rest), then pauses. Downtime = pause to resume of the guest, through the orchestrator as gmigd migrate runs it: stop phase (quiesce incl. device write-back, scan, transfer, restore, replay, other) + attach (switchover, commit, the destination VM's load and front end, commit record) + resume (engine, VM). Loopback TCP; the stop phase's pages go on the default number of streams as gmigd migrate sends them (%d here: half the cores, at most %d; the streams column), and the guest's aperture stores are logged as gmigd migrate logs them (the tracking column: the log, and the pages it had written at the stop). Memory equal: the destination's pages against a run never migrated (software back end).\n", 100*prefillFraction, precopy.DefaultStreams(), precopy.MaxDefaultStreams)
-	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+// downtimeMatrix runs every size x dirty amount x strategy x tracking
+// mode, printing each size's rows as they are done, then the write log
+// beside the full hash where both ran.
+func downtimeMatrix(ctx context.Context, out io.Writer, log zerolog.Logger, gp gpuPair, ss []uint64, fracs []dirtyAmount, strats []string, modes []bool, share float64, seed int64) error {
+	fmt.Fprintf(out, "\n== downtime: CUDA back end on both sides, %.0f%% of pages hold data before the guest starts; after the pre-copy the guest dirties a fraction of pages (GPU FILL+RENDER through the ring, half, at most what its GTT maps; CPU stores through the aperture outside the framebuffer, the rest), then pauses. Downtime = pause to resume of the guest, through the orchestrator as gmigd migrate runs it: stop phase (quiesce incl. device write-back, scan, transfer, restore, replay, other) + attach (switchover, commit, the destination VM's load and front end, commit record) + resume (engine, VM). Loopback TCP; the stop phase's pages go on the default number of streams as gmigd migrate sends them (%d here: half the cores, at most %d; the streams column), and the guest's aperture stores are logged as gmigd migrate logs them (the tracking column: the log, and the pages it had written at the stop; +hash: without it, every page hashed). Memory equal: the destination's pages against a run never migrated (software back end).\n", 100*prefillFraction, precopy.DefaultStreams(), precopy.MaxDefaultStreams)
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	var rows []dtRow
 	fmt.Fprintln(tw, "size\tdirty\tstrategy\tdowntime ms\tquiesce\tscan\ttransfer\trestore\treplay\tother\tattach\tresume\tstop pages\tstop MiB\tby source\twrite-back MiB\tpre-copy ms\tpre MiB\tscan GB/s\tmemory equal\tstreams\ttracking\t")
 	for _, size := range ss {
 		for _, f := range fracs {
 			want, err := referencePages(ctx, log, size, f, seed)
 			if err != nil {
-				return fmt.Errorf("%s, dirty %g, reference: %w", fmtSize(size), f, err)
+				return fmt.Errorf("%s, dirty %s, reference: %w", fmtSize(size), f, err)
 			}
 			for _, strat := range strats {
-				r, err := downtimeRun(ctx, log, gp, size, f, strat, share, seed, want)
-				if err != nil {
-					return fmt.Errorf("%s, dirty %g, %s: %w", fmtSize(size), f, strat, err)
-				}
-				p, s := r.rep.Precopy.Precopy, r.rep.Precopy.Stop
-				fmt.Fprintf(tw, "%s\t%g%%\t%s\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%d\t%.1f\t%s\t%.1f\t%.0f\t%.0f\t%.1f\t%v\t%d\t%s\t\n",
-					fmtSize(size), 100*f, strat, ms(r.rep.Downtime), ms(s.Quiesce), ms(s.Scan), ms(s.Transfer), ms(s.Restore), ms(s.Replay), ms(s.Other()),
-					ms(r.attach), ms(r.resume), s.DirtyPages, float64(s.Bytes)/(1<<20), dirty.DescribeBySource(s.BySource), float64(r.writeBack)/(1<<20),
-					ms(p.Duration), float64(p.Bytes)/(1<<20), r.rep.Precopy.HashRate/1e9, r.same,
-					max(1, s.Streams), r.rep.Precopy.TrackingLine())
-				if !r.same {
-					return fmt.Errorf("%s: the destination's memory differs from a run never migrated", strat)
+				for _, track := range modes {
+					if !track && strat == "stopcopy" && len(modes) > 1 {
+						continue // stop-and-copy hashes nothing: once
+					}
+					r, err := downtimeRun(ctx, log, gp, size, f, strat, share, seed, want, !track)
+					if err != nil {
+						return fmt.Errorf("%s, dirty %s, %s: %w", fmtSize(size), f, strat, err)
+					}
+					label := strat
+					if !track {
+						label += "+hash"
+					}
+					rows = append(rows, dtRow{size: size, dirty: f, strat: strat, track: track, r: r})
+					p, s := r.rep.Precopy.Precopy, r.rep.Precopy.Stop
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%d\t%.1f\t%s\t%.1f\t%.0f\t%.0f\t%.1f\t%v\t%d\t%s\t\n",
+						fmtSize(size), f, label, ms(r.rep.Downtime), ms(s.Quiesce), ms(s.Scan), ms(s.Transfer), ms(s.Restore), ms(s.Replay), ms(s.Other()),
+						ms(r.attach), ms(r.resume), s.DirtyPages, float64(s.Bytes)/(1<<20), dirty.DescribeBySource(s.BySource), float64(r.writeBack)/(1<<20),
+						ms(p.Duration), float64(p.Bytes)/(1<<20), r.rep.Precopy.HashRate/1e9, r.same,
+						max(1, s.Streams), r.rep.Precopy.TrackingLine())
+					if !r.same {
+						return fmt.Errorf("%s: the destination's memory differs from a run never migrated", label)
+					}
 				}
 			}
 		}
 		tw.Flush() // each size's rows as soon as they are done
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return writeTrackingTable(out, rows)
 }
 
 // dirtier is the guest's part of a downtime run: buffers set up before
@@ -82,11 +98,11 @@ type dirtier struct {
 	seed                   int64
 }
 
-// newDirtier plans to dirty frac of a vGPU of size bytes: half by GPU
+// newDirtier plans to dirty amount of a vGPU of size bytes: half by GPU
 // commands, at most half of what the guest's GTT maps (less room for the
 // ring and staging), with a framebuffer among them, the rest by CPU stores.
-func newDirtier(size uint64, frac float64, seed int64) *dirtier {
-	target := uint64(frac * float64(size))
+func newDirtier(size uint64, amount dirtyAmount, seed int64) *dirtier {
+	target := amount.bytesOf(size)
 	return &dirtier{size: size, target: target, gpuBytes: target / 2 &^ (abi.PageSize - 1), seed: seed}
 }
 
@@ -177,7 +193,7 @@ func waitIdle(ctx context.Context, bus guest.Bus) error {
 // referencePages is the hash of every page of a vGPU of size bytes after
 // the same prefill and the same guest writes, on the software back end,
 // never migrated: what a destination's memory must equal.
-func referencePages(ctx context.Context, log zerolog.Logger, size uint64, frac float64, seed int64) ([]uint64, error) {
+func referencePages(ctx context.Context, log zerolog.Logger, size uint64, frac dirtyAmount, seed int64) ([]uint64, error) {
 	p, err := inproc.New(size+(2<<20), log, nil)
 	if err != nil {
 		return nil, err
@@ -246,9 +262,10 @@ func hashers(strat string, v *vgpu.VGPU, share float64) (precopy.Options, func()
 }
 
 // downtimeRun migrates a CUDA vGPU of size bytes whose guest dirties frac
-// of it between the pre-copy and the pause, through the orchestrator, and
-// compares the destination's pages with want.
-func downtimeRun(ctx context.Context, log zerolog.Logger, gp gpuPair, size uint64, frac float64, strat string, share float64, seed int64, want []uint64) (r dtResult, err error) {
+// of it between the pre-copy and the pause, through the orchestrator
+// (with noTracking, without the log of the guest's writes), and compares
+// the destination's pages with want.
+func downtimeRun(ctx context.Context, log zerolog.Logger, gp gpuPair, size uint64, frac dirtyAmount, strat string, share float64, seed int64, want []uint64, noTracking bool) (r dtResult, err error) {
 	p, err := newPair(size, gp, log)
 	if err != nil {
 		return r, err
@@ -284,7 +301,7 @@ func downtimeRun(ctx context.Context, log zerolog.Logger, gp gpuPair, size uint6
 	var once [2]sync.Once
 	var before, after atomic.Uint64 // the source's write-back counter before the pause and after the stop phase
 	dirtyErr := make(chan error, 1)
-	r.rep, err = p.Migrate(ctx, 0, "dt", hostd.MigrateOptions{Precopy: opts, Progress: func(pr orchestrator.Progress) {
+	r.rep, err = p.Migrate(ctx, 0, "dt", hostd.MigrateOptions{Precopy: opts, NoTracking: noTracking, Progress: func(pr orchestrator.Progress) {
 		switch pr.Phase {
 		case orchestrator.PhaseVMMLive: // the vGPU's pre-copy is done: the guest writes, then pauses
 			once[0].Do(func() {

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"flag"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -36,7 +37,8 @@ func cmdMigrate(args []string) error {
 	seed := fs.Int64("seed", 1, "seed")
 	msizes := sizes{1 << 30, 4 << 30, 16 << 30}
 	fs.Var(&msizes, "sizes", "vGPU sizes for the downtime matrix")
-	fracs := fs.String("dirty", "0.001,0.01,0.1", "fractions of pages dirtied between the pre-copy and the pause")
+	fracs := fs.String("dirty", "0.001,0.01,0.1", "what the guest dirties between the pre-copy and the pause, comma-separated: fractions of the pages (0.01), or sizes (16M: the same dirty bytes at every size)")
+	tracking := fs.String("tracking", "on", "the log of the guest's aperture writes: on (as gmigd migrate), off (the stop phase hashes every page), or both (each strategy but stopcopy twice, then the two side by side)")
 	skipWorkload := fs.Bool("skip-workload", false, "only the downtime matrix")
 	skipDowntime := fs.Bool("skip-downtime", false, "only the workload migrations")
 	strats := fs.String("strategies", "oneshot,oneshot+gpu,oneshot+split,stopcopy",
@@ -60,13 +62,13 @@ func cmdMigrate(args []string) error {
 		return err
 	}
 	fmt.Println("migrations:", gp)
-	var fr []float64
-	for _, f := range strings.Split(*fracs, ",") {
-		var v float64
-		if _, err := fmt.Sscanf(strings.TrimSpace(f), "%g", &v); err != nil || v < 0 || v > 1 {
-			return fmt.Errorf("bad dirty fraction %q: want a number in [0, 1]", f)
-		}
-		fr = append(fr, v)
+	fr, err := parseDirty(*fracs)
+	if err != nil {
+		return err
+	}
+	modes, err := parseTracking(*tracking)
+	if err != nil {
+		return err
 	}
 	ctx := context.Background()
 	if !*skipWorkload {
@@ -77,7 +79,7 @@ func cmdMigrate(args []string) error {
 	if *skipDowntime {
 		return nil
 	}
-	return downtimeMatrix(ctx, log, gp, msizes, fr, strings.Split(*strats, ","), *gpuShare, *seed)
+	return downtimeMatrix(ctx, os.Stdout, log, gp, msizes, fr, strings.Split(*strats, ","), modes, *gpuShare, *seed)
 }
 
 // cudaVGPU is the configuration of the migrated vGPUs.

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/rs/zerolog"
@@ -58,12 +61,13 @@ func TestDowntimeRunDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const size, frac, seed = 16 << 20, 0.01, 1
+	const size, seed = 16 << 20, 1
+	frac := dirtyAmount{frac: 0.01}
 	want, err := referencePages(ctx, zerolog.Nop(), size, frac, seed)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := downtimeRun(ctx, zerolog.Nop(), gp, size, frac, "oneshot", 0.4, seed, want)
+	r, err := downtimeRun(ctx, zerolog.Nop(), gp, size, frac, "oneshot", 0.4, seed, want, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,5 +75,49 @@ func TestDowntimeRunDefaults(t *testing.T) {
 	if max(1, s.Streams) != precopy.DefaultStreams() || !s.WriteLog.Active || !r.same {
 		t.Fatalf("stop phase on %d stream(s), write log %+v (%s), memory equal %v; want %d streams, the log active, equal",
 			s.Streams, s.WriteLog, r.rep.Precopy.TrackingLine(), r.same, precopy.DefaultStreams())
+	}
+}
+
+// TestDowntimeTracking runs the downtime matrix with -tracking both and a
+// dirty size on the software model of a GPU: every run's destination
+// memory equals a run never migrated (downtimeMatrix fails otherwise),
+// oneshot runs with the log and without it, stopcopy once, and the last
+// table sets the two side by side; bad -dirty and -tracking values are
+// refused.
+func TestDowntimeTracking(t *testing.T) {
+	t.Setenv(nvidia.ModelEnv, "1")
+	gp, err := parseGPUs("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	amounts, err := parseDirty("1M,0.01")
+	if err != nil || len(amounts) != 2 || amounts[0].bytesOf(16<<20) != 1<<20 || amounts[1].bytesOf(16<<20) != (16<<20)/100 {
+		t.Fatalf("parseDirty: %v, %v", amounts, err)
+	}
+	modes, err := parseTracking("both")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := downtimeMatrix(context.Background(), &out, zerolog.Nop(), gp, []uint64{16 << 20}, amounts[:1], []string{"oneshot", "stopcopy"}, modes, 0.4, 1); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	s := out.String()
+	side := s[strings.Index(s, "the guest-write log beside the full hash"):]
+	for _, want := range []string{"oneshot+hash", "write log", "full hash", "log / hash"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("output lacks %q:\n%s", want, s)
+		}
+	}
+	if !regexp.MustCompile(`16M +1M +oneshot +[0-9.]+ \(`).MatchString(side) || strings.Contains(s, "stopcopy+hash") {
+		t.Errorf("side-by-side table:\n%s", s)
+	}
+	for _, bad := range []string{"2", "-0.1", "1X", "0M"} {
+		if _, err := parseDirty(bad); err == nil {
+			t.Errorf("-dirty %s accepted", bad)
+		}
+	}
+	if _, err := parseTracking("maybe"); err == nil {
+		t.Error("-tracking maybe accepted")
 	}
 }
