@@ -3,6 +3,7 @@ package nvidia
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 
 	"github.com/gmig-dev/gmig/internal/cuda"
 )
@@ -36,6 +37,7 @@ func (b *NVIDIA) openLocal() error {
 	if b.local, err = b.dev.NewMapping(b.cfg.LocalSize, 0); err != nil {
 		return fmt.Errorf("nvidia: mapping %d bytes of device-local memory: %w", b.cfg.LocalSize, err)
 	}
+	b.placeAway()
 	b.localBase.Store(uint64(b.local.Addr()))
 	var ps []nvPiece
 	base := uint64(b.local.Addr())
@@ -85,6 +87,38 @@ func (b *NVIDIA) LocalSize() uint64 { return b.cfg.LocalSize }
 // device-local byte 0 (2 MiB aligned: the reservation's alignment is the
 // allocation granularity), 0 without local memory. Unlike the other
 // methods it may be called from any goroutine (the register file's).
+// The device-address region fresh device-local memory is moved into: a
+// random 1 GiB-aligned address in [32 TiB, 96 TiB) of the process's
+// 128 TiB user address space. The driver's own choice lies among the
+// process's mmap-ed libraries and heaps near the top (0x7f…), whose layout
+// differs from process to process, so a destination gmigd usually had
+// that range taken (measured on the H100: every restore in a second
+// process refused); nothing maps in the region below unless asked, so the
+// destination finds the source's address free unless one of its own vGPUs
+// drew an overlapping one (odds about the share of the 64 TiB its vGPUs
+// cover). Where every try is refused the driver's address is kept.
+const (
+	placeRegionLo    = 32 << 40
+	placeRegionHi    = 96 << 40
+	placeRegionAlign = 1 << 30
+	placeTries       = 8
+)
+
+// placeAway moves freshly mapped local memory (not yet written) to a
+// random address of the device-address region.
+func (b *NVIDIA) placeAway() {
+	size := (b.cfg.LocalSize + placeRegionAlign - 1) / placeRegionAlign * placeRegionAlign
+	slots := (placeRegionHi - placeRegionLo - size) / placeRegionAlign
+	for range placeTries {
+		addr := placeRegionLo + rand.Uint64N(slots)*placeRegionAlign
+		moved, err := b.local.Move(cuda.DevPtr(addr))
+		if err == nil && moved {
+			return
+		}
+	}
+	b.log.Warn().Uint64("base", uint64(b.local.Addr())).Msg("nvidia: device-local memory left where the driver put it (the device-address region refused it): a migration to another process may not get this address")
+}
+
 func (b *NVIDIA) DeviceAddrBase() uint64 { return b.localBase.Load() }
 
 // PlaceLocal moves device-local memory to device address addr without
