@@ -135,8 +135,12 @@ func (d *Driver) LocalOffset(ga uint64) (uint64, bool) {
 	return off, ok
 }
 
-// LocalFreeBytes is the device-local memory AllocLocal has left.
-func (d *Driver) LocalFreeBytes() uint64 { return d.localPages.freeBytes() }
+// LocalFreeBytes is the device-local memory AllocLocal has left: free local
+// pages, bounded by the free graphics addresses to map them at (the GTT
+// covers GTT_ENTRIES pages in all, the aperture mapping included).
+func (d *Driver) LocalFreeBytes() uint64 {
+	return min(d.localPages.freeBytes(), d.localGA.freeBytes())
+}
 
 // FreeLocal unmaps an allocation AllocLocal made and returns its graphics
 // addresses and local pages.

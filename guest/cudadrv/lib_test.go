@@ -29,7 +29,7 @@ func newLib(t *testing.T, cfg vgpu.Config) (*Lib, *bytes.Buffer) {
 	if cfg.Name == "" {
 		cfg.Name = "cuda"
 	}
-	v, err := vgpu.New(cfg, migtest.NewPool(t, 2*cfg.MemSize), migtest.Log)
+	v, err := vgpu.New(cfg, migtest.NewPool(t, 2*(cfg.MemSize+cfg.LocalMemSize)), migtest.Log)
 	if err != nil {
 		t.Fatal(err)
 	}

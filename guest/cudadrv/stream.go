@@ -86,7 +86,7 @@ func (l *Lib) submitLocked(err error) Result {
 	if err != nil {
 		return l.fail(ErrUnknown, fmt.Errorf("cudadrv: submitting a command: %w", err))
 	}
-	l.pending = true
+	l.pending, l.batch.unrung = true, 0
 	return Success
 }
 
@@ -97,7 +97,7 @@ func (l *Lib) fenceLocked() (uint64, Result) {
 	if err := l.d.Flush(); err != nil {
 		return 0, l.fail(ErrUnknown, fmt.Errorf("cudadrv: issuing fence %d: %w", v, err))
 	}
-	l.pending = false
+	l.pending, l.batch.unrung = false, 0
 	return v, Success
 }
 
