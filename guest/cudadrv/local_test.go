@@ -18,18 +18,25 @@ func localConfig() vgpu.Config {
 	return vgpu.Config{LocalMemSize: localSize, GTTEntries: (testMem + localSize) / abi.PageSize}
 }
 
-// initLocalLib is initLib on a vGPU of cfg; it skips, saying why, where
-// the device side of ABI 1.3 has not landed (no CAPS bit 6).
-func initLocalLib(t *testing.T, cfg vgpu.Config, lc Config) *Lib {
+// initLibConfig is initLib on a vGPU of cfg with the Lib's options lc.
+func initLibConfig(t testing.TB, cfg vgpu.Config, lc Config) *Lib {
 	t.Helper()
 	l, _ := newLib(t, cfg)
 	l.cfg.DMACopies, l.cfg.RingDelay = lc.DMACopies, lc.RingDelay
 	must(t, l.Init(0))
+	_, r := l.CtxCreate(thread, 0, 0)
+	must(t, r)
+	return l
+}
+
+// initLocalLib is initLibConfig; it skips, saying why, where the device
+// side of ABI 1.3 has not landed (no CAPS bit 6).
+func initLocalLib(t testing.TB, cfg vgpu.Config, lc Config) *Lib {
+	t.Helper()
+	l := initLibConfig(t, cfg, lc)
 	if l.Driver().Caps()&abi.CapDeviceAddr == 0 {
 		t.Skipf("skipping: the vGPU has local memory but not CAPS bit 6 (CAPS %#x): ABI 1.3's device addresses have not landed in the device", l.Driver().Caps())
 	}
-	_, r := l.CtxCreate(thread, 0, 0)
-	must(t, r)
 	return l
 }
 
