@@ -54,7 +54,8 @@ func buildProbe(t *testing.T, libDir string) string {
 // served in this process: every device query, allocation, copy, memset,
 // stream and event call succeeds, the module load answers
 // CUDA_ERROR_NOT_SUPPORTED (software back end), cuGetProcAddress resolves
-// by name, and an unsupported entry point is logged once.
+// by name, host memory from cuMemAllocHost round-trips, and an unsupported
+// entry point (cuGraphCreate) is logged once.
 func TestProbeOverSimulator(t *testing.T) {
 	dir := buildLib(t)
 	probe := buildProbe(t, dir)
@@ -75,11 +76,12 @@ func TestProbeOverSimulator(t *testing.T) {
 		`cuda: cuModuleLoadData\(&m, ptx\) = CUDA_ERROR_NOT_SUPPORTED`,
 		`cuda: cuGetProcAddress\(cuMemAlloc\) is cuMemAlloc_v2`,
 		`cuda: cuGetProcAddress\("cuNoSuchThing".*CUDA_ERROR_NOT_FOUND`,
-		`cuda: cuMemAllocHost\(&p, 4096\) = CUDA_ERROR_NOT_SUPPORTED`,
+		`cuda: cuGraphCreate\(&g, 0\) = CUDA_ERROR_NOT_SUPPORTED`,
+		`cuda: cuMemAllocHost page-aligned 1 round trip ok`,
 		`cuda: cuMemcpyHtoD\(a \+ SIZE - 8, host, 16\) = CUDA_ERROR_INVALID_VALUE`,
 		`cuda: iter 2 checksum [0-9a-f]{16}`,
 		`cuda: digest [0-9a-f]{16}`,
-		`"entry_point":"cuMemAllocHost_v2"`,
+		`"entry_point":"cuGraphCreate"`,
 		`cuda: result ok`,
 	} {
 		if !regexp.MustCompile(want).MatchString(out) {

@@ -80,6 +80,7 @@ type Lib struct {
 	params      *paramArena
 	batch       batch
 	launchBuf   []byte // LAUNCH_GRID encoding scratch
+	hosts       map[uintptr]hostAlloc
 }
 
 // alloc is a live cuMemAlloc at a device pointer: its size, graphics
@@ -99,6 +100,7 @@ func New(cfg Config) *Lib {
 		allocs:      map[uint64]alloc{},
 		current:     map[Thread][]*context{},
 		unsupported: map[string]bool{},
+		hosts:       map[uintptr]hostAlloc{},
 	}
 }
 
