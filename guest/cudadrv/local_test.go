@@ -181,3 +181,32 @@ func TestApertureWithoutDeviceAddresses(t *testing.T) {
 		t.Fatalf("device pointer %#x is not a mapped graphics address: %v", a, err)
 	}
 }
+
+// TestStreamErrorReportedOnce: on a device with streams a failed command
+// leaves stream 0 in error, which skips its commands until cleared; the
+// library reports the device's code once and clears it, so later calls
+// run.
+func TestStreamErrorReportedOnce(t *testing.T) {
+	l := initLibConfig(t, localConfig(), Config{})
+	if !l.Driver().Streams() {
+		t.Fatalf("CAPS %#x: a vGPU with local memory has no streams", l.Driver().Caps())
+	}
+	a, r := l.MemAlloc(thread, 4096)
+	must(t, r)
+	l.mu.Lock()
+	r = l.submitLocked(l.d.Copy(1<<40, 1<<40+4096, 8)) // graphics addresses no GTT entry maps
+	l.mu.Unlock()
+	must(t, r)
+	if r := l.CtxSynchronize(thread); r == Success {
+		t.Fatal("cuCtxSynchronize after a faulting COPY succeeded")
+	}
+	must(t, l.CtxSynchronize(thread))
+	src := pattern(4096, 7)
+	must(t, l.MemcpyHtoD(thread, a, src))
+	must(t, l.MemcpyDtoD(thread, a, a+8, 8, 0, false)) // a command on stream 0 runs again
+	got := make([]byte, 16)
+	must(t, l.MemcpyDtoH(thread, got, a))
+	if !bytes.Equal(got[:8], src[8:16]) {
+		t.Fatalf("after the error was reported, a COPY did not run: %x", got)
+	}
+}
