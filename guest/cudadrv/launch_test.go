@@ -2,10 +2,10 @@ package cudadrv
 
 import (
 	"bytes"
-	_ "embed"
 	"encoding/binary"
 	"errors"
 	"math"
+	"os"
 	"testing"
 	"time"
 
@@ -18,10 +18,9 @@ import (
 	"github.com/gmig-dev/gmig/vgpu"
 )
 
-// kernelsPTX holds the ABI 1.3 test kernels the CUDA model plays by name.
-//
-//go:embed testdata/kernels.ptx
-var kernelsPTX []byte
+// kernelsPTX is the file of the ABI 1.3 test kernels the CUDA model plays
+// by name (vecAdd, scaleAdd, matMulTiled, empty), the engine's.
+const kernelsPTX = "../../engine/nvidia/testdata/kernels13.ptx"
 
 // newGridLib is a Lib on the CUDA back end's model with guest modules and
 // device-local memory, initialised, a context current: the device of
@@ -66,7 +65,11 @@ func newGridLib(t testing.TB, lc Config) *Lib {
 // loadFunction loads kernelsPTX and returns entry's function.
 func loadFunction(t testing.TB, l *Lib, entry string) Handle {
 	t.Helper()
-	m, r := l.ModuleLoadData(thread, kernelsPTX)
+	ptx, err := os.ReadFile(kernelsPTX)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, r := l.ModuleLoadData(thread, ptx)
 	if r != Success {
 		t.Fatal(r.Error())
 	}
