@@ -234,24 +234,70 @@ func cuModuleGetGlobal_v2(ptr *C.CUdeviceptr, size *C.size_t, m C.CUmodule, name
 	return r(res)
 }
 
+// cuLaunchKernel's extra keys (cuda.h, CU_LAUNCH_PARAM_*_AS_INT).
+const (
+	launchParamEnd           = 0x00
+	launchParamBufferPointer = 0x01
+	launchParamBufferSize    = 0x02
+)
+
 //export cuLaunchKernel
 func cuLaunchKernel(f C.CUfunction, gx, gy, gz, bx, by, bz, shared C.uint, s C.CUstream, params *unsafe.Pointer, extra *unsafe.Pointer) C.CUresult {
-	if extra != nil {
-		return r(lib.Unsupported("cuLaunchKernel(extra)"))
-	}
 	fn := h(unsafe.Pointer(f))
-	sizes, res := lib.FuncParams(fn)
+	layout, res := lib.FuncLayout(fn)
 	if res != cudadrv.Success {
 		return r(res)
 	}
-	if params == nil && len(sizes) > 0 {
+	var buf []byte
+	switch {
+	case params != nil && extra != nil:
 		return errInvalid
-	}
-	args := make([][]byte, len(sizes))
-	for i, n := range sizes {
-		a := C.gmig_param(params, C.int(i))
-		args[i] = C.GoBytes(a, C.int(n))
+	case extra != nil:
+		if buf, res = extraBuffer(extra); res != cudadrv.Success {
+			return r(res)
+		}
+		if len(buf) < int(layout.Size) {
+			return errInvalid
+		}
+		buf = buf[:layout.Size]
+	case params == nil && len(layout.Params) > 0:
+		return errInvalid
+	default:
+		buf = make([]byte, layout.Size)
+		for i, prm := range layout.Params {
+			a := C.gmig_param(params, C.int(i))
+			copy(buf[prm.Offset:], unsafe.Slice((*byte)(a), int(prm.Size)))
+		}
 	}
 	return r(lib.LaunchKernel(thread(), fn, [3]uint32{uint32(gx), uint32(gy), uint32(gz)},
-		[3]uint32{uint32(bx), uint32(by), uint32(bz)}, uint32(shared), h(unsafe.Pointer(s)), args))
+		[3]uint32{uint32(bx), uint32(by), uint32(bz)}, uint32(shared), h(unsafe.Pointer(s)), buf))
+}
+
+// extraBuffer reads cuLaunchKernel's extra array: key, value pairs up to
+// CU_LAUNCH_PARAM_END, of which CU_LAUNCH_PARAM_BUFFER_POINTER and
+// CU_LAUNCH_PARAM_BUFFER_SIZE (a pointer to a size_t) give the parameter
+// buffer; without both there is none (cuda.h: the pointer alone has no
+// effect), which only a kernel without parameters may launch with.
+func extraBuffer(extra *unsafe.Pointer) ([]byte, cudadrv.Result) {
+	var ptr unsafe.Pointer
+	var size *C.size_t
+	for i := 0; ; i += 2 {
+		key := uintptr(C.gmig_h(C.gmig_param(extra, C.int(i))))
+		if key == launchParamEnd {
+			break
+		}
+		val := C.gmig_param(extra, C.int(i+1))
+		switch key {
+		case launchParamBufferPointer:
+			ptr = val
+		case launchParamBufferSize:
+			size = (*C.size_t)(val)
+		default:
+			return nil, cudadrv.ErrInvalidValue
+		}
+	}
+	if ptr == nil || size == nil {
+		return nil, cudadrv.Success
+	}
+	return bytesAt(ptr, *size), cudadrv.Success
 }

@@ -105,19 +105,20 @@ func gmigUnsupported(name *C.char) C.CUresult { return r(lib.Unsupported(C.GoStr
 
 //export cuGetProcAddress
 func cuGetProcAddress(symbol *C.char, pfn *unsafe.Pointer, version C.int, flags C.cuuint64_t) C.CUresult {
-	return cuGetProcAddress_v2(symbol, pfn, 0, 0, nil)
+	return cuGetProcAddress_v2(symbol, pfn, version, flags, nil)
 }
 
 // cuGetProcAddress_v2 finds symbol (a base name, "cuMemAlloc", or an
-// exported one, "cuMemAlloc_v2") among the entry points; the version and
-// flags make no difference: each name has one implementation here.
+// exported one, "cuMemAlloc_v2") among the entry points, as CUDA version
+// version declares it (procaddr.c); the flags (per-thread default stream
+// or not) make no difference: every stream is ordered on the one ring.
 //
 //export cuGetProcAddress_v2
 func cuGetProcAddress_v2(symbol *C.char, pfn *unsafe.Pointer, version C.int, flags C.cuuint64_t, status *C.int) C.CUresult {
 	if symbol == nil || pfn == nil {
 		return errInvalid
 	}
-	*pfn = C.gmig_lookup(symbol)
+	*pfn = C.gmig_lookup(symbol, version)
 	if *pfn == nil {
 		if status != nil {
 			*status = C.GMIG_PROC_SYMBOL_NOT_FOUND

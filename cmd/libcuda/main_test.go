@@ -54,7 +54,8 @@ func buildProbe(t *testing.T, libDir string) string {
 // served in this process: every device query, allocation, copy, memset,
 // stream and event call succeeds, the module load answers
 // CUDA_ERROR_NOT_SUPPORTED (software back end), cuGetProcAddress resolves
-// by name, and an unsupported entry point is logged once.
+// by name, host memory from cuMemAllocHost round-trips, and an unsupported
+// entry point (cuGraphCreate) is logged once.
 func TestProbeOverSimulator(t *testing.T) {
 	dir := buildLib(t)
 	probe := buildProbe(t, dir)
@@ -75,11 +76,12 @@ func TestProbeOverSimulator(t *testing.T) {
 		`cuda: cuModuleLoadData\(&m, ptx\) = CUDA_ERROR_NOT_SUPPORTED`,
 		`cuda: cuGetProcAddress\(cuMemAlloc\) is cuMemAlloc_v2`,
 		`cuda: cuGetProcAddress\("cuNoSuchThing".*CUDA_ERROR_NOT_FOUND`,
-		`cuda: cuMemAllocHost\(&p, 4096\) = CUDA_ERROR_NOT_SUPPORTED`,
+		`cuda: cuGraphCreate\(&g, 0\) = CUDA_ERROR_NOT_SUPPORTED`,
+		`cuda: cuMemAllocHost page-aligned 1 round trip ok`,
 		`cuda: cuMemcpyHtoD\(a \+ SIZE - 8, host, 16\) = CUDA_ERROR_INVALID_VALUE`,
 		`cuda: iter 2 checksum [0-9a-f]{16}`,
 		`cuda: digest [0-9a-f]{16}`,
-		`"entry_point":"cuMemAllocHost_v2"`,
+		`"entry_point":"cuGraphCreate"`,
 		`cuda: result ok`,
 	} {
 		if !regexp.MustCompile(want).MatchString(out) {
@@ -97,11 +99,14 @@ func TestProbeOverSimulator(t *testing.T) {
 }
 
 // TestProcAddressAfterDlopen loads the library as cuda-python does (dlopen,
-// then cuGetProcAddress_v2 for every entry point) from a C program built
-// here: base names give the newest implemented version, per-thread names
-// the same functions, an unsupported entry point a stub that answers
-// CUDA_ERROR_NOT_SUPPORTED (801), an unknown name CUDA_ERROR_NOT_FOUND (500)
-// with CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND (1).
+// then cuGetProcAddress_v2 for every entry point, base name and the CUDA
+// version whose signature it expects) from a C program built here: base
+// names give the implemented version of that signature, per-thread names
+// the same functions, a version that expects a signature the library does
+// not implement CUDA_ERROR_NOT_FOUND (500) with
+// CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND (1), as does an unknown name; an
+// unsupported entry point gives a stub that answers
+// CUDA_ERROR_NOT_SUPPORTED (801).
 func TestProcAddressAfterDlopen(t *testing.T) {
 	dir := buildLib(t)
 	prog := filepath.Join(dir, "dlopen")
@@ -109,20 +114,29 @@ func TestProcAddressAfterDlopen(t *testing.T) {
 		t.Fatalf("building testdata/dlopen.c: %v\n%s", err, out)
 	}
 	cmd := exec.Command(prog, "cuInit", "cuMemAlloc", "cuMemAlloc_v2", "cuMemcpyHtoDAsync_v2_ptsz",
-		"cuCtxCreate", "cuGraphCreate", "cuNoSuchThing")
+		"cuCtxCreate@4000", "cuCtxCreate@2000", "cuCtxCreate@12050", "cuCtxGetDevice@13000", "cuCtxGetDevice_v2@13000",
+		"cuEventElapsedTime@12080", "cuGetProcAddress@11030", "cuGetProcAddress@12000",
+		"cuGraphCreate", "cuNoSuchThing")
 	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+dir)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("dlopen: %v\n%s", err, out)
 	}
 	for _, want := range []string{
-		"cuInit: result 0 status 0 found 1 same-as-dlsym 1 call(1) 1\n", // CUDA_ERROR_INVALID_VALUE for flags 1
-		"cuMemAlloc: result 0 status 0 found 1 same-as-dlsym 0\n",       // cuMemAlloc_v2, not the legacy stub
-		"cuMemAlloc_v2: result 0 status 0 found 1 same-as-dlsym 1\n",
-		"cuMemcpyHtoDAsync_v2_ptsz: result 0 status 0 found 1",
-		"cuCtxCreate: result 0 status 0 found 1 same-as-dlsym 0\n",
-		"cuGraphCreate: result 0 status 0 found 1 same-as-dlsym 1 call 801\n",
-		"cuNoSuchThing: result 500 status 1 found 0",
+		"cuInit@12040: result 0 status 0 found 1 same-as-dlsym 1 call(1) 1\n", // CUDA_ERROR_INVALID_VALUE for flags 1
+		"cuMemAlloc@12040: result 0 status 0 found 1 same-as-dlsym 0\n",       // cuMemAlloc_v2, not the legacy stub
+		"cuMemAlloc_v2@12040: result 0 status 0 found 1 same-as-dlsym 1\n",
+		"cuMemcpyHtoDAsync_v2_ptsz@12040: result 0 status 0 found 1",
+		"cuCtxCreate@4000: result 0 status 0 found 1 same-as-dlsym 0\n",     // cuCtxCreate_v2
+		"cuCtxCreate@2000: result 0 status 0 found 1 same-as-dlsym 1\n",     // the legacy stub
+		"cuCtxCreate@12050: result 500 status 1 found 0",                    // _v4's CUctxCreateParams
+		"cuCtxGetDevice@13000: result 0 status 0 found 1 same-as-dlsym 1\n", // one signature
+		"cuCtxGetDevice_v2@13000: result 500 status 1 found 0",              // CUDA 13's, which takes a context
+		"cuEventElapsedTime@12080: result 0 status 0 found 1 same-as-dlsym 1\n",
+		"cuGetProcAddress@11030: result 0 status 0 found 1 same-as-dlsym 1\n",
+		"cuGetProcAddress@12000: result 0 status 0 found 1 same-as-dlsym 0\n", // cuGetProcAddress_v2
+		"cuGraphCreate@12040: result 0 status 0 found 1 same-as-dlsym 1 call 801\n",
+		"cuNoSuchThing@12040: result 500 status 1 found 0",
 	} {
 		if !strings.Contains(string(out), want) {
 			t.Fatalf("no %q in:\n%s", want, out)

@@ -38,7 +38,8 @@ struct gmig_entry {
 };
 extern const struct gmig_entry gmig_unsupported[];
 
-// gmig_lookup finds an entry point by name (procaddr.c).
-void *gmig_lookup(const char *name);
+// gmig_lookup finds an entry point by name as CUDA version version has
+// it (procaddr.c).
+void *gmig_lookup(const char *name, int version);
 
 #endif

@@ -32,7 +32,6 @@
 	X(cuCtxDisablePeerAccess) \
 	X(cuCtxEnablePeerAccess) \
 	X(cuCtxFromGreenCtx) \
-	X(cuCtxGetApiVersion) \
 	X(cuCtxGetCacheConfig) \
 	X(cuCtxGetDevResource) \
 	X(cuCtxGetExecAffinity) \
@@ -79,10 +78,8 @@
 	X(cuExternalMemoryGetMappedBuffer) \
 	X(cuExternalMemoryGetMappedMipmappedArray) \
 	X(cuFlushGPUDirectRDMAWrites) \
-	X(cuFuncGetAttribute) \
 	X(cuFuncGetModule) \
 	X(cuFuncGetName) \
-	X(cuFuncGetParamInfo) \
 	X(cuFuncIsLoaded) \
 	X(cuFuncLoad) \
 	X(cuFuncSetAttribute) \
@@ -239,7 +236,6 @@
 	X(cuMemAllocAsync) \
 	X(cuMemAllocFromPoolAsync) \
 	X(cuMemAllocHost) \
-	X(cuMemAllocHost_v2) \
 	X(cuMemAllocManaged) \
 	X(cuMemAllocPitch) \
 	X(cuMemAllocPitch_v2) \
@@ -247,16 +243,13 @@
 	X(cuMemExportToShareableHandle) \
 	X(cuMemFree) \
 	X(cuMemFreeAsync) \
-	X(cuMemFreeHost) \
 	X(cuMemGetAccess) \
 	X(cuMemGetAddressRange) \
 	X(cuMemGetAllocationGranularity) \
 	X(cuMemGetAllocationPropertiesFromHandle) \
 	X(cuMemGetHandleForAddressRange) \
 	X(cuMemGetInfo) \
-	X(cuMemHostAlloc) \
 	X(cuMemHostGetDevicePointer) \
-	X(cuMemHostGetDevicePointer_v2) \
 	X(cuMemHostGetFlags) \
 	X(cuMemHostRegister) \
 	X(cuMemHostRegister_v2) \

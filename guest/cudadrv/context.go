@@ -79,7 +79,7 @@ func (l *Lib) destroyLocked(c *context) Result {
 	}
 	for p, a := range l.allocs {
 		if a.ctx == c {
-			if err := l.mem.Free(p); err != nil {
+			if err := l.mem.Free(a.ga); err != nil {
 				r = l.fail(ErrUnknown, err)
 			}
 			delete(l.allocs, p)

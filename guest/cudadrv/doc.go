@@ -9,13 +9,20 @@
 //   - lib.go: Lib, cuInit, versions, the device (name, UUID, memory);
 //     attributes.go: cuDeviceGetAttribute.
 //   - context.go: primary and created contexts, per-thread current stacks.
-//   - memory.go: Memory (where allocations come from: the aperture today),
-//     cuMemAlloc/Free/GetInfo; copy.go: copies and memsets.
+//   - memory.go: Memory (where allocations come from: device-local memory
+//     at device addresses where CAPS has bit 6, else the aperture),
+//     cuMemAlloc/Free/GetInfo; copy.go: copies and memsets; staging.go:
+//     host copies to device-local memory through staging slots; host.go:
+//     host memory.
 //   - stream.go, event.go: streams and events over the ring's FENCEs.
-//   - module.go: modules, functions, globals, cuLaunchKernel.
+//   - module.go: modules, functions, globals; launch.go: function
+//     attributes, cuLaunchKernel (LAUNCH_GRID where CAPS has bit 7, else
+//     LAUNCH); params.go: the launch parameter arena; batch.go: doorbell
+//     batching.
 //   - result.go, results.go: CUresult, its names and strings.
 //
-// Device pointers are graphics addresses. Every call takes the Lib's one
+// Device pointers are translated to graphics addresses by the allocation
+// that holds them. Every call takes the Lib's one
 // mutex (helpers that need it held are named ...Locked): the vGPU has one
 // ring and the guest driver is not safe for concurrent use. Handles are
 // small integers from handleBase up, never the special streams 0, 1, 2.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -41,9 +42,17 @@ type Config struct {
 	Open func() (guest.Bus, error)
 	// Driver are the guest driver's options.
 	Driver guest.Options
-	// Memory makes the allocator device memory comes from; nil means the
-	// aperture (ApertureMemory).
+	// Memory makes the allocator device memory comes from; nil means
+	// device-local memory at device addresses where the vGPU has them
+	// (LocalMemory, CAPS bit 6), else the aperture (ApertureMemory).
 	Memory func(*guest.Driver) Memory
+	// DMACopies stages host copies to and from device-local memory in the
+	// library's DMA memory (DMA_TO_GFX/DMA_FROM_GFX) instead of the
+	// aperture (COPY); staging.go.
+	DMACopies bool
+	// RingDelay bounds how long a launch waits in the ring before the
+	// doorbell is rung for it (batch.go); 0 means DefaultRingDelay.
+	RingDelay time.Duration
 	// Log receives one line per event that matters (a failure the caller
 	// sees only as a CUresult, an unsupported entry point's first call).
 	Log zerolog.Logger
@@ -67,11 +76,18 @@ type Lib struct {
 	current     map[Thread][]*context
 	unsupported map[string]bool
 	kernels     uint32 // the last device kernel handle given out
+	stage       *staging
+	params      *paramArena
+	batch       batch
+	launchBuf   []byte // LAUNCH_GRID encoding scratch
+	hosts       map[uintptr]hostAlloc
 }
 
-// alloc is a live cuMemAlloc.
+// alloc is a live cuMemAlloc at a device pointer: its size, graphics
+// address and context.
 type alloc struct {
 	size uint64
+	ga   uint64
 	ctx  *context
 }
 
@@ -84,6 +100,7 @@ func New(cfg Config) *Lib {
 		allocs:      map[uint64]alloc{},
 		current:     map[Thread][]*context{},
 		unsupported: map[string]bool{},
+		hosts:       map[uintptr]hostAlloc{},
 	}
 }
 
@@ -118,10 +135,11 @@ func (l *Lib) openLocked() Result {
 	l.d = d
 	if l.cfg.Memory != nil {
 		l.mem = l.cfg.Memory(d)
-	} else {
-		l.mem = ApertureMemory{D: d}
+	} else if l.mem, err = defaultMemory(d); err != nil {
+		return l.fail(ErrNoDevice, fmt.Errorf("cudadrv: opening the vGPU: %w", err))
 	}
-	l.cfg.Log.Info().Uint64("mem_size", d.MemSize()).Uint32("caps", d.Caps()).Msg("cudadrv: vGPU opened")
+	l.cfg.Log.Info().Uint64("mem_size", d.MemSize()).Uint64("local_mem_size", d.LocalMemSize()).
+		Uint32("caps", d.Caps()).Bool("device_local", !l.mem.CPU()).Msg("cudadrv: vGPU opened")
 	return Success
 }
 
@@ -237,5 +255,5 @@ func (l *Lib) DeviceGetAttribute(attr int32, dev Device) (int32, Result) {
 	if r := l.deviceLocked(dev); r != Success {
 		return 0, r
 	}
-	return attribute(attr)
+	return attribute(attr, l.d.Caps()&abi.CapLaunchGrid != 0)
 }

@@ -21,7 +21,7 @@ const thread Thread = 1
 
 // newLib serves a vGPU of cfg and returns a Lib that reaches it over the
 // simulator, not yet initialised, and the log it writes.
-func newLib(t *testing.T, cfg vgpu.Config) (*Lib, *bytes.Buffer) {
+func newLib(t testing.TB, cfg vgpu.Config) (*Lib, *bytes.Buffer) {
 	t.Helper()
 	if cfg.MemSize == 0 {
 		cfg.MemSize = testMem
@@ -29,7 +29,7 @@ func newLib(t *testing.T, cfg vgpu.Config) (*Lib, *bytes.Buffer) {
 	if cfg.Name == "" {
 		cfg.Name = "cuda"
 	}
-	v, err := vgpu.New(cfg, migtest.NewPool(t, 2*cfg.MemSize), migtest.Log)
+	v, err := vgpu.New(cfg, migtest.NewPool(t, 2*(cfg.MemSize+cfg.LocalMemSize)), migtest.Log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +47,7 @@ func newLib(t *testing.T, cfg vgpu.Config) (*Lib, *bytes.Buffer) {
 
 // initLib is newLib on the software back end, initialised, with a
 // context current on thread.
-func initLib(t *testing.T) *Lib {
+func initLib(t testing.TB) *Lib {
 	t.Helper()
 	l, _ := newLib(t, vgpu.Config{})
 	must(t, l.Init(0))
@@ -56,7 +56,7 @@ func initLib(t *testing.T) *Lib {
 	return l
 }
 
-func must(t *testing.T, r Result) {
+func must(t testing.TB, r Result) {
 	t.Helper()
 	if r != Success {
 		t.Fatalf("%v", r.Error())

@@ -4,36 +4,40 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gmig-dev/gmig/abi"
 	"github.com/gmig-dev/gmig/guest"
 )
 
-// Memory is where device memory comes from. Device pointers are graphics
-// addresses: commands reach them through the GTT wherever the pages live.
-// Today that is the aperture (ApertureMemory); device-local memory, which
-// only commands reach, will be another implementation whose Read and Write
-// go by DMA.
+// Memory is where device memory comes from. An allocation has a device
+// pointer (what cuMemAlloc hands the program and kernels dereference) and
+// a graphics address (what COPY, FILL and DMA commands take); the Lib
+// translates one into the other by the allocation that holds it, so
+// pointer arithmetic inside an allocation works.
 type Memory interface {
-	// Alloc reserves n bytes and returns their graphics address.
-	Alloc(n uint64) (uint64, error)
-	// Free releases an allocation Alloc made.
+	// Alloc reserves n bytes and returns their device pointer and
+	// graphics address.
+	Alloc(n uint64) (ptr, ga uint64, err error)
+	// Free releases the allocation Alloc made at graphics address ga.
 	Free(ga uint64) error
 	// FreeBytes and Size are what cuMemGetInfo reports.
 	FreeBytes() uint64
 	Size() uint64
-	// Write and Read move bytes between the host and graphics memory with
-	// the CPU; the caller has made sure no queued command touches them
-	// (docs/device-abi.md §1.2).
-	Write(ga uint64, p []byte) error
-	Read(ga uint64, p []byte) error
+	// CPU says the CPU reaches the memory through the aperture (host
+	// copies are CPU copies); otherwise only commands reach it and host
+	// copies are staged (staging.go).
+	CPU() bool
 }
 
 // ApertureMemory is device memory in the aperture: allocations from the
 // guest driver's allocator over the GTT-mapped graphics range, CPU access
-// through the mapped aperture.
+// through the mapped aperture. Device pointers are graphics addresses.
 type ApertureMemory struct{ D *guest.Driver }
 
 // Alloc implements Memory.
-func (m ApertureMemory) Alloc(n uint64) (uint64, error) { return m.D.Alloc(n) }
+func (m ApertureMemory) Alloc(n uint64) (uint64, uint64, error) {
+	ga, err := m.D.Alloc(n)
+	return ga, ga, err
+}
 
 // Free implements Memory.
 func (m ApertureMemory) Free(ga uint64) error { return m.D.Free(ga) }
@@ -44,11 +48,63 @@ func (m ApertureMemory) FreeBytes() uint64 { return m.D.FreeBytes() }
 // Size implements Memory: the graphics memory the driver mapped.
 func (m ApertureMemory) Size() uint64 { return m.D.MappedSize() }
 
-// Write implements Memory.
-func (m ApertureMemory) Write(ga uint64, p []byte) error { return m.D.WriteGA(ga, p) }
+// CPU implements Memory.
+func (m ApertureMemory) CPU() bool { return true }
 
-// Read implements Memory.
-func (m ApertureMemory) Read(ga uint64, p []byte) error { return m.D.ReadGA(ga, p) }
+// LocalMemory is device-local memory (ABI 1.3, CAPS bit 6): allocations of
+// local pages mapped at graphics addresses above the aperture mapping
+// (guest.Driver.AllocLocal), device pointer = DEVICE_ADDR_BASE + local
+// offset, the address kernels launched with LAUNCH_GRID dereference.
+type LocalMemory struct {
+	D *guest.Driver
+	// Base is DEVICE_ADDR_BASE: the device address of local byte 0.
+	Base uint64
+}
+
+// Alloc implements Memory.
+func (m LocalMemory) Alloc(n uint64) (uint64, uint64, error) {
+	ga, err := m.D.AllocLocal(n)
+	if err != nil {
+		return 0, 0, err
+	}
+	off, ok := m.D.LocalOffset(ga)
+	if !ok {
+		return 0, 0, fmt.Errorf("cudadrv: local allocation at %#x has no local offset", ga)
+	}
+	return m.Base + off, ga, nil
+}
+
+// Free implements Memory.
+func (m LocalMemory) Free(ga uint64) error { return m.D.FreeLocal(ga) }
+
+// FreeBytes implements Memory.
+func (m LocalMemory) FreeBytes() uint64 { return m.D.LocalFreeBytes() }
+
+// Size implements Memory: LOCAL_MEM_SIZE.
+func (m LocalMemory) Size() uint64 { return m.D.LocalMemSize() }
+
+// CPU implements Memory.
+func (m LocalMemory) CPU() bool { return false }
+
+// defaultMemory is where allocations come from on d: device-local memory
+// at device addresses where CAPS announces them (bit 6), else the aperture.
+func defaultMemory(d *guest.Driver) (Memory, error) {
+	if d.Caps()&abi.CapDeviceAddr == 0 || d.LocalMemSize() == 0 {
+		return ApertureMemory{D: d}, nil
+	}
+	base, err := d.Bus().ReadReg64(abi.RegDeviceAddrBase)
+	if err != nil {
+		return nil, fmt.Errorf("cudadrv: reading DEVICE_ADDR_BASE: %w", err)
+	}
+	if base == 0 || base%deviceAddrAlign != 0 {
+		return nil, fmt.Errorf("cudadrv: DEVICE_ADDR_BASE %#x is not a nonzero multiple of %#x", base, deviceAddrAlign)
+	}
+	return LocalMemory{D: d, Base: base}, nil
+}
+
+// deviceAddrAlign is DEVICE_ADDR_BASE's alignment (docs/device-abi.md
+// §1.4, ABI 1.3: 2 MiB).
+const deviceAddrAlign = 2 << 20
 
 // MemAlloc is cuMemAlloc_v2.
 func (l *Lib) MemAlloc(t Thread, n uint64) (uint64, Result) {
@@ -61,34 +117,35 @@ func (l *Lib) MemAlloc(t Thread, n uint64) (uint64, Result) {
 	if n == 0 {
 		return 0, ErrInvalidValue
 	}
-	ga, err := l.mem.Alloc(n)
+	ptr, ga, err := l.mem.Alloc(n)
 	if errors.Is(err, guest.ErrNoGraphicsMemory) {
 		return 0, l.fail(ErrOutOfMemory, fmt.Errorf("cudadrv: allocating %d bytes: %w", n, err))
 	}
 	if err != nil {
 		return 0, l.fail(ErrUnknown, fmt.Errorf("cudadrv: allocating %d bytes: %w", n, err))
 	}
-	l.allocs[ga] = alloc{size: n, ctx: c}
-	return ga, Success
+	l.allocs[ptr] = alloc{size: n, ga: ga, ctx: c}
+	return ptr, Success
 }
 
 // MemFree is cuMemFree_v2. Like the driver it waits for queued work first,
 // which may still use the memory.
-func (l *Lib) MemFree(t Thread, ga uint64) Result {
+func (l *Lib) MemFree(t Thread, ptr uint64) Result {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if _, r := l.currentLocked(t); r != Success {
 		return r
 	}
-	if _, ok := l.allocs[ga]; !ok {
+	a, ok := l.allocs[ptr]
+	if !ok {
 		return ErrInvalidValue
 	}
 	if r := l.syncLocked(); r != Success {
 		return r
 	}
-	delete(l.allocs, ga)
-	if err := l.mem.Free(ga); err != nil {
-		return l.fail(ErrUnknown, fmt.Errorf("cudadrv: freeing %#x: %w", ga, err))
+	delete(l.allocs, ptr)
+	if err := l.mem.Free(a.ga); err != nil {
+		return l.fail(ErrUnknown, fmt.Errorf("cudadrv: freeing %#x: %w", ptr, err))
 	}
 	return Success
 }
@@ -104,30 +161,31 @@ func (l *Lib) MemGetInfo(t Thread) (free, total uint64, r Result) {
 }
 
 // MemGetAddressRange is cuMemGetAddressRange_v2: the allocation holding
-// ga.
-func (l *Lib) MemGetAddressRange(t Thread, ga uint64) (base, size uint64, r Result) {
+// ptr.
+func (l *Lib) MemGetAddressRange(t Thread, ptr uint64) (base, size uint64, r Result) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if _, r := l.currentLocked(t); r != Success {
 		return 0, 0, r
 	}
 	for p, a := range l.allocs {
-		if ga >= p && ga < p+a.size {
+		if ptr >= p && ptr < p+a.size {
 			return p, a.size, Success
 		}
 	}
 	return 0, 0, ErrNotFound
 }
 
-// checkRangeLocked: [ga, ga+n) lies in one allocation.
-func (l *Lib) checkRangeLocked(ga, n uint64) Result {
+// resolveLocked checks that [ptr, ptr+n) lies in one allocation and
+// returns the graphics address of ptr.
+func (l *Lib) resolveLocked(ptr, n uint64) (uint64, Result) {
 	for p, a := range l.allocs {
-		if ga >= p && ga < p+a.size {
-			if n <= p+a.size-ga {
-				return Success
+		if ptr >= p && ptr < p+a.size {
+			if n <= p+a.size-ptr {
+				return a.ga + (ptr - p), Success
 			}
-			return ErrInvalidValue
+			return 0, ErrInvalidValue
 		}
 	}
-	return ErrInvalidValue
+	return 0, ErrInvalidValue
 }

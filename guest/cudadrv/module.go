@@ -5,9 +5,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"regexp"
-	"strconv"
 
 	"github.com/gmig-dev/gmig/abi"
+	"github.com/gmig-dev/gmig/engine/ptxparam"
 	"github.com/gmig-dev/gmig/guest"
 )
 
@@ -29,17 +29,17 @@ var (
 )
 
 // PTX syntax (PTX ISA, "Kernel Function Parameters" and "Variables"):
-// an entry's parameter list and a module-scope .global variable.
+// an entry's name and a module-scope .global variable (parameter lists are
+// engine/ptxparam's).
 var (
-	reEntry  = regexp.MustCompile(`\.entry\s+([A-Za-z_$%][\w$]*)\s*\(([^)]*)\)`)
-	reParam  = regexp.MustCompile(`\.param\s+\.([a-z]+)(\d+)`)
+	reEntry  = regexp.MustCompile(`\.entry\s+([A-Za-z_$%][\w$]*)\s*\(`)
 	reGlobal = regexp.MustCompile(`(?m)^\s*(?:\.visible\s+)?\.global\s+[^;]*?([A-Za-z_$][\w$]*)\s*(?:\[[^\]]*\])?\s*(?:=[^;]*)?;`)
 )
 
 type module struct {
 	ctx     *context
 	ptx     []byte
-	entries map[string][]int // entry -> parameter sizes in bytes
+	entries map[string]bool
 	globals map[string]bool
 	funcs   map[string]*function
 }
@@ -50,8 +50,9 @@ type function struct {
 	h      Handle
 	mod    *module
 	name   string
-	params []int
+	layout ptxparam.Layout
 	kernel uint32 // the device's kernel object handle
+	grid   bool   // launched with LAUNCH_GRID (CAPS bit 7), else LAUNCH
 }
 
 func (f *function) owner() *context { return f.mod.ctx }
@@ -72,14 +73,9 @@ func (l *Lib) ModuleLoadData(t Thread, image []byte) (Handle, Result) {
 	if r != Success {
 		return 0, r
 	}
-	m := &module{ctx: c, ptx: ptx, entries: map[string][]int{}, globals: map[string]bool{}, funcs: map[string]*function{}}
+	m := &module{ctx: c, ptx: ptx, entries: map[string]bool{}, globals: map[string]bool{}, funcs: map[string]*function{}}
 	for _, e := range reEntry.FindAllSubmatch(ptx, -1) {
-		var sizes []int
-		for _, p := range reParam.FindAllSubmatch(e[2], -1) {
-			bits, _ := strconv.Atoi(string(p[2])) // \d+ matched it
-			sizes = append(sizes, max(bits/8, 1))
-		}
-		m.entries[string(e[1])] = sizes
+		m.entries[string(e[1])] = true
 	}
 	for _, g := range reGlobal.FindAllSubmatch(ptx, -1) {
 		m.globals[string(g[1])] = true
@@ -150,8 +146,11 @@ func (l *Lib) unloadLocked(m *module) Result {
 
 // ModuleGetFunction is cuModuleGetFunction: the entry's kernel object is
 // loaded on the device (KERNEL_LOAD_MODULE) the first time it is asked for.
-// The device passes a kernel the address of graphics memory as its first
-// parameter, so an entry needs that one and 1 to 8 more.
+// Its parameter layout is the PTX's (engine/ptxparam). Where the device
+// runs LAUNCH_GRID (CAPS bit 7) any entry whose buffer fits 4096 bytes
+// loads. Elsewhere the device calls a kernel with the address of graphics
+// memory as its first parameter (§6.8), so an entry needs that one and 1
+// to 8 more of at most 8 bytes each.
 func (l *Lib) ModuleGetFunction(h Handle, name string) (Handle, Result) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -165,39 +164,54 @@ func (l *Lib) ModuleGetFunction(h Handle, name string) (Handle, Result) {
 	if f, ok := m.funcs[name]; ok {
 		return f.h, Success
 	}
-	params, ok := m.entries[name]
-	if !ok {
+	if !m.entries[name] {
 		return 0, ErrNotFound
 	}
-	if len(params) < 2 || len(params) > 1+abi.LaunchMaxArgs {
-		return 0, l.fail(ErrNotSupported, fmt.Errorf("cudadrv: kernel %s has %d parameters; the device calls kernels with 2 to %d", name, len(params), 1+abi.LaunchMaxArgs))
+	layout, err := ptxparam.Of(m.ptx, name)
+	if err != nil {
+		return 0, l.fail(ErrInvalidPTX, fmt.Errorf("cudadrv: kernel %s: %w", name, err))
 	}
-	kernel, r := l.loadKernelLocked(name, m.ptx, uint32(len(params)-1))
+	grid := l.d.Caps()&abi.CapLaunchGrid != 0
+	nargs := uint32(min(max(len(layout.Params), 1), abi.LaunchMaxArgs))
+	switch {
+	case grid && layout.Size > maxParamBytes:
+		return 0, l.fail(ErrNotSupported, fmt.Errorf("cudadrv: kernel %s has %d bytes of parameters; the device takes at most %d", name, layout.Size, maxParamBytes))
+	case !grid && (len(layout.Params) < 2 || len(layout.Params) > 1+abi.LaunchMaxArgs):
+		return 0, l.fail(ErrNotSupported, fmt.Errorf("cudadrv: kernel %s has %d parameters; the device calls kernels with 2 to %d", name, len(layout.Params), 1+abi.LaunchMaxArgs))
+	case !grid:
+		nargs = uint32(len(layout.Params) - 1)
+		for _, p := range layout.Params {
+			if p.Size > 8 {
+				return 0, l.fail(ErrNotSupported, fmt.Errorf("cudadrv: kernel %s: parameter %s has %d bytes; the device passes 8", name, p.Name, p.Size))
+			}
+		}
+	}
+	kernel, r := l.loadKernelLocked(name, m.ptx, nargs)
 	if r != Success {
 		return 0, r
 	}
-	f := &function{mod: m, name: name, params: params, kernel: kernel}
+	f := &function{mod: m, name: name, layout: layout, kernel: kernel, grid: grid}
 	m.funcs[name] = f
 	f.h = l.newHandleLocked(f)
 	return f.h, Success
 }
 
-// loadKernelLocked stages the module image in graphics memory, loads it as
-// a new kernel object and waits for the device's verdict.
+// loadKernelLocked stages the module image in the aperture, loads it as a
+// new kernel object and waits for the device's verdict.
 func (l *Lib) loadKernelLocked(entry string, ptx []byte, nargs uint32) (uint32, Result) {
 	img := guest.ModuleImage(entry, ptx)
 	if len(img) > abi.ModuleMaxImage || len(entry) > abi.ModuleMaxEntry {
 		return 0, ErrInvalidImage
 	}
-	ga, err := l.mem.Alloc(uint64(len(img)))
+	ga, err := l.d.Alloc(uint64(len(img)))
 	if err != nil {
 		return 0, l.fail(ErrOutOfMemory, fmt.Errorf("cudadrv: staging module %s: %w", entry, err))
 	}
-	defer l.mem.Free(ga)
+	defer l.d.Free(ga)
 	if r := l.syncLocked(); r != Success {
 		return 0, r
 	}
-	if err := l.mem.Write(ga, img); err != nil {
+	if err := l.d.WriteGA(ga, img); err != nil {
 		return 0, l.fail(ErrUnknown, fmt.Errorf("cudadrv: staging module %s: %w", entry, err))
 	}
 	l.kernels++
@@ -230,44 +244,4 @@ func (l *Lib) ModuleGetGlobal(h Handle, name string) (uint64, uint64, Result) {
 		return 0, 0, ErrNotFound
 	}
 	return 0, 0, l.fail(ErrNotSupported, fmt.Errorf("cudadrv: global %s: module globals are not reachable from the guest", name))
-}
-
-// FuncParams are the sizes in bytes of f's parameters, for the C side to
-// read cuLaunchKernel's kernelParams.
-func (l *Lib) FuncParams(f Handle) ([]int, Result) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	fn, ok := l.objs[f].(*function)
-	if !ok {
-		return nil, ErrInvalidHandle
-	}
-	return fn.params, Success
-}
-
-// LaunchKernel is cuLaunchKernel: one LAUNCH on the ring, not waited for.
-// params are the kernel's parameters as FuncParams sized them; the first
-// (the graphics memory's device address) is the device's to give, so it is
-// not sent. The device runs ceil(params[1] / 256) blocks of 256 threads
-// (docs/device-abi.md §6.8): grid and block are checked against that
-// model, not used.
-func (l *Lib) LaunchKernel(t Thread, f Handle, grid, block [3]uint32, shared uint32, s Handle, params [][]byte) Result {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if r := l.streamOpLocked(t, s); r != Success {
-		return r
-	}
-	fn, ok := l.objs[f].(*function)
-	if !ok {
-		return ErrInvalidHandle
-	}
-	if len(params) != len(fn.params) || block[0]*block[1]*block[2] > blockThreads || grid[0] == 0 || block[0] == 0 {
-		return ErrInvalidValue
-	}
-	args := make([]uint64, 0, len(params)-1)
-	for _, p := range params[1:] {
-		var b [8]byte
-		copy(b[:], p)
-		args = append(args, binary.LittleEndian.Uint64(b[:]))
-	}
-	return l.submitLocked(l.d.Launch(fn.kernel, args...))
 }

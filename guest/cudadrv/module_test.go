@@ -56,10 +56,10 @@ func TestModuleLaunch(t *testing.T) {
 	if again, _ := l.ModuleGetFunction(m, "scale"); again != f {
 		t.Fatalf("a second cuModuleGetFunction gave %#x, want %#x", again, f)
 	}
-	sizes, r := l.FuncParams(f)
+	layout, r := l.FuncLayout(f)
 	must(t, r)
-	if len(sizes) != 4 || sizes[3] != 4 {
-		t.Fatalf("scale's parameter sizes %v, want [8 8 8 4]", sizes)
+	if len(layout.Params) != 4 || layout.Params[3].Size != 4 || layout.Size != 28 {
+		t.Fatalf("scale's parameter layout %+v, want 8, 8, 8, 4 bytes", layout)
 	}
 
 	const words = 64
@@ -75,8 +75,8 @@ func TestModuleLaunch(t *testing.T) {
 		t.Fatal(err)
 	}
 	u64 := func(v uint64) []byte { return binary.LittleEndian.AppendUint64(nil, v) }
-	params := [][]byte{u64(0), u64(words), u64(off), binary.LittleEndian.AppendUint32(nil, 3)}
-	want(t, "cuLaunchKernel with a parameter missing", l.LaunchKernel(thread, f, [3]uint32{1, 1, 1}, [3]uint32{256, 1, 1}, 0, 0, params[:3]), ErrInvalidValue)
+	params := binary.LittleEndian.AppendUint32(append(append(u64(0), u64(words)...), u64(off)...), 3)
+	want(t, "cuLaunchKernel with a parameter missing", l.LaunchKernel(thread, f, [3]uint32{1, 1, 1}, [3]uint32{256, 1, 1}, 0, 0, params[:24]), ErrInvalidValue)
 	must(t, l.LaunchKernel(thread, f, [3]uint32{1, 1, 1}, [3]uint32{words, 1, 1}, 0, 0, params))
 	must(t, l.CtxSynchronize(thread))
 	got := make([]byte, 4*words)

@@ -86,7 +86,7 @@ func (l *Lib) submitLocked(err error) Result {
 	if err != nil {
 		return l.fail(ErrUnknown, fmt.Errorf("cudadrv: submitting a command: %w", err))
 	}
-	l.pending = true
+	l.pending, l.batch.unrung = true, 0
 	return Success
 }
 
@@ -97,7 +97,7 @@ func (l *Lib) fenceLocked() (uint64, Result) {
 	if err := l.d.Flush(); err != nil {
 		return 0, l.fail(ErrUnknown, fmt.Errorf("cudadrv: issuing fence %d: %w", v, err))
 	}
-	l.pending = false
+	l.pending, l.batch.unrung = false, 0
 	return v, Success
 }
 
@@ -151,14 +151,27 @@ func (l *Lib) stampLocked(done uint64) {
 	}
 }
 
-// deviceResultLocked maps what a wait reports to a CUresult: a page fault
-// is CUDA_ERROR_ILLEGAL_ADDRESS, a kernel error CUDA_ERROR_LAUNCH_FAILED,
-// anything else the device refused CUDA_ERROR_INVALID_VALUE.
+// deviceResultLocked maps what a wait reports to a CUresult. On a device
+// with streams (docs/device-abi.md §5.1) that is the code the device gave
+// stream 0, the library's one, which is then cleared: a stream with an
+// error skips its commands until then, and CUDA reports a call's error
+// once. Elsewhere a page fault is CUDA_ERROR_ILLEGAL_ADDRESS, a kernel
+// error CUDA_ERROR_LAUNCH_FAILED, anything else the device refused
+// CUDA_ERROR_INVALID_VALUE.
 func (l *Lib) deviceResultLocked(err error) Result {
 	if err == nil {
 		return Success
 	}
 	var de *guest.DeviceError
+	if errors.As(err, &de) && l.d.Streams() {
+		code, _, serr := l.d.StreamStatus(0)
+		if serr == nil && code != abi.CudaSuccess {
+			if cerr := l.d.ClearStreamError(0); cerr != nil {
+				return l.fail(ErrUnknown, cerr)
+			}
+			return l.fail(Result(code), err)
+		}
+	}
 	switch {
 	case errors.As(err, &de) && de.Has(abi.ErrPageFault):
 		return l.fail(ErrIllegalAddress, err)

@@ -1,10 +1,13 @@
 // dlopen: loads libcuda.so.1 the way loaders such as cuda-python's driver
 // bindings do — dlopen, dlsym of cuGetProcAddress_v2 only, then every entry
-// point by name — and prints, for each name given, what the lookup and (for
+// point by name — and prints, for each NAME or NAME@VERSION given (the
+// CUDA version asked for; 12040 without one), what the lookup and (for
 // entry points taking no handles) a call answer. It needs no cuda.h: the
 // few types it uses are declared by hand. Built by main_test.go.
 #include <dlfcn.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 typedef int CUresult;
 typedef CUresult (*getproc_t)(const char *, void **, int, unsigned long long, int *);
@@ -24,10 +27,15 @@ int main(int argc, char **argv) {
 	}
 	for (int i = 1; i < argc; i++) {
 		void *fn = 0;
-		int status = -1;
-		CUresult r = getproc(argv[i], &fn, 12040, 0, &status);
+		int status = -1, version = 12040;
+		char *at = strchr(argv[i], '@');
+		if (at) {
+			version = atoi(at + 1);
+			*at = 0;
+		}
+		CUresult r = getproc(argv[i], &fn, version, 0, &status);
 		void *direct = dlsym(lib, argv[i]);
-		printf("%s: result %d status %d found %d same-as-dlsym %d", argv[i], r, status, fn != 0,
+		printf("%s@%d: result %d status %d found %d same-as-dlsym %d", argv[i], version, r, status, fn != 0,
 		       direct != 0 && direct == fn);
 		if (fn && argv[i][0] == 'c' && argv[i][2] == 'G' && argv[i][3] == 'r') { // cuGraph*: no handles needed to refuse
 			printf(" call %d", ((noargs_t)fn)());

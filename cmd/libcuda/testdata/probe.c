@@ -5,7 +5,8 @@
 // them on a stream between two events, reads them back and prints a
 // checksum per iteration, pausing PACE ms (argv[2], default 0) after each
 // so a test can migrate the VM mid-run. A module load must answer the
-// documented error; unsupported entry points must say so. Every result
+// documented error; unsupported entry points must say so; host memory from
+// cuMemAllocHost round-trips through device memory. Every result
 // line starts with "cuda: "; the run ends with "cuda: digest HEX" (over
 // every checksum) and "cuda: result ok" or "cuda: result FAIL".
 //
@@ -111,9 +112,24 @@ int main(int argc, char **argv) {
 		printf("cuda: cuGetProcAddress(cuMemAlloc) %s\n", fn == (void *)cuMemAlloc_v2 ? "is cuMemAlloc_v2" : "FAIL");
 		failed |= fn != (void *)cuMemAlloc_v2;
 		EXPECT(cuGetProcAddress("cuNoSuchThing", &fn, CUDA_VERSION, 0, &st), CUDA_ERROR_NOT_FOUND);
-		void *p;
-		EXPECT(cuMemAllocHost(&p, 4096), CUDA_ERROR_NOT_SUPPORTED);
+		CUgraph g;
+		EXPECT(cuGraphCreate(&g, 0), CUDA_ERROR_NOT_SUPPORTED);
 		EXPECT(cuMemcpyHtoD(a + SIZE - 8, host, 16), CUDA_ERROR_INVALID_VALUE);
+		unsigned char *p = 0;
+		CHECK(cuMemAllocHost((void **)&p, 4096));
+		for (int i = 0; i < 4096; i++) {
+			p[i] = (unsigned char)(i * 13);
+		}
+		CHECK(cuMemcpyHtoD(b, p, 4096));
+		memset(p, 0, 4096);
+		CHECK(cuMemcpyDtoH(p, b, 4096));
+		int same = 1;
+		for (int i = 0; i < 4096; i++) {
+			same &= p[i] == (unsigned char)(i * 13);
+		}
+		printf("cuda: cuMemAllocHost page-aligned %d round trip %s\n", ((uintptr_t)p & 4095) == 0, same ? "ok" : "FAIL");
+		failed |= !same || ((uintptr_t)p & 4095) != 0;
+		CHECK(cuMemFreeHost(p));
 	}
 
 	for (int it = 0; it < iters; it++) {
