@@ -11,6 +11,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/gmig-dev/gmig/engine/nvidia"
 	"github.com/gmig-dev/gmig/hostd"
 	"github.com/gmig-dev/gmig/precopy"
 )
@@ -42,11 +43,13 @@ func TestProgramOutputAcrossHosts(t *testing.T) {
 	}
 }
 
-// TestDemoCUDAProgram runs `gmigd demo -cuda-program` on the software back
-// end with device-local memory under QEMU (TCG here): the guest's CUDA
-// probe migrated mid-run has the output of a run never migrated, the
-// report and the program's lines are printed. It needs the provisioned
-// QEMU root and guest image (GMIG_CACHE).
+// TestDemoCUDAProgram runs `gmigd demo -cuda-program` under QEMU (TCG
+// here) on a host with a GPU (the CUDA model, GMIG_CUDA_MODEL=1, which
+// both daemons see): on the software back end with device-local memory,
+// and on the cuda back end (both daemons on the one GPU; without guest
+// modules, whose refusal the probe checks). The guest's CUDA probe migrated mid-run has the output of a run
+// never migrated; the report and the program's lines are printed. It needs
+// the provisioned QEMU root and guest image (GMIG_CACHE).
 func TestDemoCUDAProgram(t *testing.T) {
 	cache := os.Getenv("GMIG_CACHE")
 	if cache == "" {
@@ -55,26 +58,39 @@ func TestDemoCUDAProgram(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(cache, "guest", "initramfs.cpio")); err != nil {
 		t.Skipf("skipping: %v", err)
 	}
+	t.Setenv(nvidia.ModelEnv, "1")
 	bin := filepath.Join(t.TempDir(), "gmigd")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("building gmigd: %v\n%s", err, out)
 	}
-	q := qemuDemo{
-		demo:  demo{mem: 16 << 20, strategy: precopy.OneShot, log: zerolog.Nop()},
-		cache: cache, machine: "pc", cpus: 2, accel: "auto", binary: bin,
-		backend: "software", localMem: 4 << 20,
-		program: "/usr/bin/cuda-probe,30,100", programLines: 8,
-	}
-	out := captureStdout(t, func() error { return q.run(context.Background()) })
-	for _, want := range []string{
-		"software vGPU of 16 MiB graphics memory and 4 MiB local memory",
-		"downtime (pause -> resume",
-		"guest-observed downtime",
-		"  | cuda: digest ",
-		"never migrated (time: lines and the library's log left out): identical",
+	for _, c := range []struct {
+		backend  string
+		modules  bool
+		localMem uint64
+		vgpu     string
+	}{
+		{"software", false, 4 << 20, "software vGPU of 16 MiB graphics memory and 4 MiB local memory,"},
+		{"cuda", false, 0, "cuda vGPU of 16 MiB graphics memory and 0 MiB local memory,"},
 	} {
-		if !strings.Contains(out, want) {
-			t.Fatalf("demo output lacks %q:\n%s", want, out)
-		}
+		t.Run(c.backend, func(t *testing.T) {
+			q := qemuDemo{
+				demo:  demo{mem: 16 << 20, strategy: precopy.OneShot, log: zerolog.Nop()},
+				cache: cache, machine: "pc", cpus: 2, accel: "auto", binary: bin,
+				backend: c.backend, guestModules: c.modules, localMem: c.localMem,
+				program: "/usr/bin/cuda-probe,80,100", programLines: 8,
+			}
+			out := captureStdout(t, func() error { return q.run(context.Background()) })
+			for _, want := range []string{
+				c.vgpu,
+				"downtime (pause -> resume",
+				"guest-observed downtime",
+				"  | cuda: digest ",
+				"never migrated (time: lines and the library's log left out): identical",
+			} {
+				if !strings.Contains(out, want) {
+					t.Fatalf("demo output lacks %q:\n%s", want, out)
+				}
+			}
+		})
 	}
 }

@@ -119,6 +119,10 @@ func (q *qemuDemo) run(ctx context.Context) error {
 		// Both daemons on the one GPU, each its own process and CUDA
 		// context: no per-GPU lock.
 		opts.Extra = []string{"-gpu-lock-dir="}
+	} else {
+		// No GPU wanted: on a host with one, the second daemon would
+		// otherwise find it locked by the first and stop.
+		opts.Extra = []string{"-gpu", hostd.GPUNone}
 	}
 	var daemons [2]*cluster.Daemon
 	for i, name := range []string{"a", "b"} {
