@@ -10,21 +10,23 @@
 #   c  QEMU/KVM: `gmigd demo -cuda-program` with a cuda vGPU (local memory,
 #      guest modules) for each of $VM_MEMS, migrated mid-run between two
 #      gmigd on the one GPU, against a never-migrated VM
-#   d  issue 16's real VMs: gmig-bench -qemu, with and without -no-tracking
+#   d  issue 16's real VMs: gmig-bench -qemu (the guest-write log)
+#   e  the same with -no-tracking (the full hash), to compare with d
 # -n (or DRY=1): what runs without a GPU: a is skipped, b and c run the
-# cuda back end on its software model (GMIG_CUDA_MODEL=1), c and d with
-# small sizes. BACKEND=software runs b and c on the software back end
-# (no guest modules) instead of cuda. Each step is time-limited and printed as it ends; the whole
+# cuda back end on its software model (GMIG_CUDA_MODEL=1), c, d and e
+# with small sizes. BACKEND=software runs b and c on the software back end
+# (no guest modules) instead of cuda; GUEST_MODULES=0 leaves them off the
+# cuda vGPUs. Each step is time-limited and printed as it ends; the whole
 # stays under $BUDGET s (570). Logs go to $OUT (default ./out): summary.txt
 # and logs.tar.gz, remade after every step.
 set -u
-cd "$(dirname "$0")"
-DIR=$PWD
-DRY=${DRY:-0}
 if [ "${1:-}" = -h ]; then
 	sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'
 	exit 0
 fi
+cd "$(dirname "$0")"
+DIR=$PWD
+DRY=${DRY:-0}
 if [ "${1:-}" = -n ]; then
 	DRY=1
 	shift
@@ -56,7 +58,7 @@ ARGS_copybw=${ARGS_copybw:-}
 PROGRAMS="vecadd matmul streams launchrate copybw probe"
 BACKEND=${BACKEND:-cuda}
 VGPU_FLAGS="-backend $BACKEND"
-[ "$BACKEND" = cuda ] && VGPU_FLAGS="$VGPU_FLAGS -guest-modules"
+[ "$BACKEND" = cuda ] && [ "${GUEST_MODULES:-1}" = 1 ] && VGPU_FLAGS="$VGPU_FLAGS -guest-modules"
 
 # pack remakes $OUT/logs.tar.gz from the logs so far (the device tool
 # brings back few files: one archive, the summary).
@@ -218,25 +220,36 @@ part_c() {
 	done
 }
 
-part_d() {
-	# ---- bench16: issue 16's real-VM matrix. The bench16 engineer picks
-	# the exact flags: edit BENCH_FLAGS (or set it in the environment);
-	# the rest stays. Default: the software back end's -qemu matrix at
-	# 1, 4 and 16 GiB, with the write log and with the full hash.
-	local flags=${BENCH_FLAGS:--qemu-mems $BENCH_MEMS -qemu-budget 20s}
-	# ---- end of bench16's place.
-	echo "== d: gmig-bench -qemu ($flags), with and without -no-tracking"
+# bench NAME FLAGS...: gmig-bench's real-VM matrix (issue 16) into
+# logs/NAME, its tables printed at the end.
+bench() {
+	local name=$1 g=$WORK/gmigd
+	shift
 	# gmig-bench's two daemons share this host's GPU: without the per-GPU
 	# lock, or the second finds the GPU locked by the first and stops.
-	local g=$WORK/gmigd
 	printf '#!/bin/sh\n[ "$1" = serve ] && exec %s "$@" -gpu-lock-dir=\nexec %s "$@"\n' "$DIR/gmigd" "$DIR/gmigd" >"$g"
 	chmod +x "$g"
-	# shellcheck disable=SC2086 # flags are words
-	step bench-qemu-tracked 280 ./gmig-bench -inproc=false -qemu -cache "$DIR/cache" -gmigd "$g" $flags -out "$LOGS/bench-tracked"
-	tail -25 "$LOGS/bench-qemu-tracked.log"
+	step "$name" 560 ./gmig-bench -inproc=false -qemu -cache "$DIR/cache" -gmigd "$g" "$@" -out "$LOGS/$name"
+	sed -n '/^Downtime (pause/,$p' "$LOGS/$name.log"
+}
+
+# ---- bench16's place: the flags of issue 16's real-VM matrix. The
+# bench16 engineer picks them: edit this default (or set BENCH_FLAGS);
+# parts d and e stay as they are. Default: the software back end's -qemu
+# matrix at 1, 4 and 16 GiB.
+BENCH_FLAGS=${BENCH_FLAGS:--qemu-mems $BENCH_MEMS -qemu-budget 20s}
+# ---- end of bench16's place.
+
+part_d() {
+	echo "== d: gmig-bench -qemu $BENCH_FLAGS (the guest-write log)"
+	# shellcheck disable=SC2086 # the flags are words
+	bench bench-qemu-tracked $BENCH_FLAGS
+}
+
+part_e() {
+	echo "== e: gmig-bench -qemu $BENCH_FLAGS -no-tracking (the full hash)"
 	# shellcheck disable=SC2086
-	step bench-qemu-full 280 ./gmig-bench -inproc=false -qemu -cache "$DIR/cache" -gmigd "$g" $flags -no-tracking -out "$LOGS/bench-full"
-	tail -25 "$LOGS/bench-qemu-full.log"
+	bench bench-qemu-full $BENCH_FLAGS -no-tracking
 }
 
 echo "device-run: parts $PARTS$([ "$DRY" = 1 ] && echo ' (dry: no GPU; the cuda back end on its model)'), logs in $OUT, budget $BUDGET s"
@@ -245,6 +258,7 @@ case $PARTS in *a*) part_a ;; esac
 case $PARTS in *b*) part_b ;; esac
 case $PARTS in *c*) part_c ;; esac
 case $PARTS in *d*) part_d ;; esac
+case $PARTS in *e*) part_e ;; esac
 pack
 rm -rf "$WORK"
 echo "device-run: done in $SECONDS s"
