@@ -87,6 +87,12 @@ func (q *qemuDemo) runProgram(ctx context.Context, c demoCluster) error {
 	if err != nil {
 		return err
 	}
+	arrived, err := b.Client.Get("demo")
+	if err != nil {
+		return err
+	}
+	fmt.Printf("the VM runs on B: its vGPU there has the %s back end, %d MiB graphics memory and %d MiB local memory\n",
+		arrived.Backend, arrived.MemSize>>20, arrived.LocalMemSize>>20)
 	fmt.Println()
 	fmt.Print(indent(rep.String(), "  "))
 	fmt.Println()

@@ -69,8 +69,8 @@ func TestDemoCUDAProgram(t *testing.T) {
 		localMem uint64
 		vgpu     string
 	}{
-		{"software", false, 4 << 20, "software vGPU of 16 MiB graphics memory and 4 MiB local memory,"},
-		{"cuda", false, 0, "cuda vGPU of 16 MiB graphics memory and 0 MiB local memory,"},
+		{"software", false, 4 << 20, "its vGPU there has the software back end, 16 MiB graphics memory and 4 MiB local memory"},
+		{"cuda", false, 0, "its vGPU there has the cuda back end, 16 MiB graphics memory and 0 MiB local memory"},
 	} {
 		t.Run(c.backend, func(t *testing.T) {
 			q := qemuDemo{

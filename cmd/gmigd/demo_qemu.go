@@ -60,7 +60,7 @@ func (q *qemuDemo) flags(fs *flag.FlagSet) {
 	fs.StringVar(&q.backend, "backend", "software", "what runs the VM's vGPU commands: software, or cuda (an NVIDIA GPU; both daemons share it, each its own CUDA context)")
 	fs.BoolVar(&q.guestModules, "guest-modules", false, "cuda: let the guest load its own PTX (docs/nvidia.md, Isolation)")
 	fs.Var((*byteSize)(&q.localMem), "local-mem", "the vGPU's device-local memory (default none; docs/device-abi.md §1.3)")
-	fs.StringVar(&q.program, "cuda-program", "", "the guest runs this CUDA program on its libcuda.so.1 instead of the suite and workload: PROGRAM[,ARG...] (e.g. /usr/bin/cuda-streams,40,50); a second VM on B runs it unmigrated and the outputs are compared")
+	fs.StringVar(&q.program, "cuda-program", "", "the guest runs this CUDA program on its libcuda.so.1 instead of the suite and workload: PROGRAM[,ARG...] (e.g. /usr/bin/cuda-streams,300,100); a second VM on B runs it unmigrated and the outputs are compared")
 	fs.IntVar(&q.programLines, "program-lines", 4, "-cuda-program: migrate once the program printed this many lines")
 	fs.BoolVar(&q.noTracking, "no-tracking", false, "migrate without the log of the guest's aperture writes (the stop phase hashes every page), for comparison")
 }
