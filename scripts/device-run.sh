@@ -190,20 +190,37 @@ part_b() {
 	wait "$pid" 2>/dev/null
 }
 
+# bytes SIZE: SIZE (e.g. 16G, 64M) in bytes.
+bytes() {
+	local n=${1%[KMGkmg]}
+	case $1 in
+	*[Kk]) echo $((n << 10)) ;;
+	*[Mm]) echo $((n << 20)) ;;
+	*[Gg]) echo $((n << 30)) ;;
+	*) echo "$n" ;;
+	esac
+}
+
 part_c() {
-	local prog
-	# The guest's program: cuda-streams where the image has it (one
-	# digest line per iteration, 100 ms apart: 30 s, which outlasts a
-	# 16 GiB migration, so it lands mid-run), else the probe.
-	if grep -qx /usr/bin/cuda-streams guest-programs.txt; then
-		prog=${VM_PROGRAM:-/usr/bin/cuda-streams,300,100}
-	else
-		prog=${VM_PROGRAM:-/usr/bin/cuda-probe,300,100}
-	fi
-	echo "== c: QEMU/KVM: $prog in a VM with a vGPU $VGPU_FLAGS, live-migrated between two gmigd on the one GPU, local memory $VM_MEMS"
+	local prog m n
+	echo "== c: QEMU/KVM: a CUDA program in a VM with a vGPU $VGPU_FLAGS, live-migrated between two gmigd on the one GPU, local memory $VM_MEMS"
 	for m in $VM_MEMS; do
+		# The guest's program: cuda-streams where the image has it, 4
+		# streams each rewriting 3 buffers of N floats every iteration
+		# (48 N bytes): N = SIZE/4800 dirties 1 % of the local memory
+		# between two pauses; 100 iterations 100 ms apart (and the
+		# guest's own work on 48 N bytes each) outlast the migration, so
+		# it lands mid-run. Else the probe.
+		n=$(($(bytes "$m") / 4800))
+		[ "$n" -gt 0 ] || n=256
+		if grep -qx /usr/bin/cuda-streams guest-programs.txt; then
+			prog=${VM_PROGRAM:-/usr/bin/cuda-streams,100,100,$n}
+		else
+			prog=${VM_PROGRAM:-/usr/bin/cuda-probe,300,100}
+		fi
+		echo "  vm $m: $prog"
 		# shellcheck disable=SC2086 # VGPU_FLAGS and VM_FLAGS are words
-		step "vm-$m" 200 ./gmigd demo -cache "$DIR/cache" $VGPU_FLAGS -local-mem "$m" \
+		step "vm-$m" 240 ./gmigd demo -cache "$DIR/cache" $VGPU_FLAGS -local-mem "$m" -guest-ram 1024 \
 			-cuda-program "$prog" -program-lines "${VM_LINES:-6}" -log-level warn -keep ${VM_FLAGS:-}
 		# The daemons' logs and the consoles, then the demo's files go.
 		local files

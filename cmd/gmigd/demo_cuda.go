@@ -28,7 +28,7 @@ import (
 // line the program writes is relayed with the "gmig: " prefix between
 // these two.
 var (
-	reProgramLine = regexp.MustCompile(`^gmig: `)
+	reProgramLine = regexp.MustCompile(`^gmig: .*`)
 	reProgramExit = regexp.MustCompile(`gmig: cuda exit (-?\d+)`)
 )
 
@@ -46,13 +46,17 @@ const (
 	libraryLogMark   = `"lib":"libcuda"`
 )
 
+// errProgramEnded: the guest's program ended before the migration could
+// start.
+var errProgramEnded = errors.New("demo: the program ended before the migration")
+
 // programTimeout bounds the boot, the program and the migration.
 const programTimeout = 10 * time.Minute
 
 func (q *qemuDemo) runProgram(ctx context.Context, c demoCluster) error {
 	a, b := c.a, c.b
 	spec := qemu.Spec{
-		Machine: q.machine, MemoryMB: 512, CPUs: q.cpus, Accel: c.accel, Kernel: c.kernel, Initrd: c.initrd,
+		Machine: q.machine, MemoryMB: q.ramMB, CPUs: q.cpus, Accel: c.accel, Kernel: c.kernel, Initrd: c.initrd,
 		Append: "console=ttyS0 panic=-1 quiet gmig.cuda=" + q.program,
 	}
 	if _, err := b.Client.StartVM(q.vmRequest("ref", spec)); err != nil {
@@ -77,7 +81,7 @@ func (q *qemuDemo) runProgram(ctx context.Context, c demoCluster) error {
 			return err
 		}
 		if reProgramExit.MatchString(m[0]) {
-			return fmt.Errorf("the program ended after %d lines, before the migration (-program-lines %d)", n, q.programLines)
+			return fmt.Errorf("%w: the program ended after %d lines (-program-lines %d): %s", errProgramEnded, n, q.programLines, m[0])
 		}
 	}
 	fmt.Printf("guest: the program printed %d lines; gmigd migrate demo --to %s (%s%s)\n", q.programLines, b.Addr, q.strategy, trackingNote(q.noTracking))

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -75,9 +76,18 @@ func TestDemoCUDAProgram(t *testing.T) {
 		t.Run(c.backend, func(t *testing.T) {
 			q := qemuDemo{
 				demo:  demo{mem: 16 << 20, strategy: precopy.OneShot, log: zerolog.Nop()},
-				cache: cache, machine: "pc", cpus: 2, accel: "auto", binary: bin,
+				cache: cache, machine: "pc", cpus: 2, ramMB: 512, accel: "auto", binary: bin,
 				backend: c.backend, guestModules: c.modules, localMem: c.localMem,
 				program: "/usr/bin/cuda-probe,80,100", programLines: 8,
+			}
+			if c.backend == "software" {
+				// A program that ends before -program-lines lines is an
+				// error, not a wait for lines that never come.
+				early := q
+				early.program, early.programLines = "/usr/bin/cuda-probe,1,0", 100
+				if err := early.run(context.Background()); !errors.Is(err, errProgramEnded) {
+					t.Fatalf("a program that ends first: %v", err)
+				}
 			}
 			out := captureStdout(t, func() error { return q.run(context.Background()) })
 			for _, want := range []string{

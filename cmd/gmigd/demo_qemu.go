@@ -34,6 +34,7 @@ type qemuDemo struct {
 	cache   string
 	machine string
 	cpus    int
+	ramMB   int
 	fps     int
 	keep    bool
 	accel   string // auto, kvm or tcg
@@ -54,13 +55,14 @@ func (q *qemuDemo) flags(fs *flag.FlagSet) {
 	fs.StringVar(&q.cache, "cache", cmdline.DefaultCache(), "the provisioned QEMU root and guest kernel (make provision guest-image)")
 	fs.StringVar(&q.machine, "machine", "pc", "QEMU machine type: pc or q35")
 	fs.IntVar(&q.cpus, "cpus", 2, "guest vCPUs")
+	fs.IntVar(&q.ramMB, "guest-ram", 512, "guest RAM in MiB")
 	fs.IntVar(&q.fps, "fps", 20, "pace the guest's workload to at most this many steps a second (0: unpaced), so that under KVM it outlasts the migration")
 	fs.BoolVar(&q.keep, "keep", false, "keep the daemons' run directories (logs, consoles)")
 	fs.StringVar(&q.accel, "accel", "auto", "QEMU accelerator: auto (KVM where /dev/kvm is usable and the CPU has vmx/svm, else TCG), kvm or tcg")
 	fs.StringVar(&q.backend, "backend", "software", "what runs the VM's vGPU commands: software, or cuda (an NVIDIA GPU; both daemons share it, each its own CUDA context)")
 	fs.BoolVar(&q.guestModules, "guest-modules", false, "cuda: let the guest load its own PTX (docs/nvidia.md, Isolation)")
 	fs.Var((*byteSize)(&q.localMem), "local-mem", "the vGPU's device-local memory (default none; docs/device-abi.md §1.3)")
-	fs.StringVar(&q.program, "cuda-program", "", "the guest runs this CUDA program on its libcuda.so.1 instead of the suite and workload: PROGRAM[,ARG...] (e.g. /usr/bin/cuda-streams,300,100); a second VM on B runs it unmigrated and the outputs are compared")
+	fs.StringVar(&q.program, "cuda-program", "", "the guest runs this CUDA program on its libcuda.so.1 instead of the suite and workload: PROGRAM[,ARG...] (e.g. /usr/bin/cuda-streams,100,100); a second VM on B runs it unmigrated and the outputs are compared")
 	fs.IntVar(&q.programLines, "program-lines", 4, "-cuda-program: migrate once the program printed this many lines")
 	fs.BoolVar(&q.noTracking, "no-tracking", false, "migrate without the log of the guest's aperture writes (the stop phase hashes every page), for comparison")
 }
@@ -191,7 +193,7 @@ func (q *qemuDemo) runWorkload(ctx context.Context, c demoCluster) error {
 	steps := q.steps
 	migrateAt := steps / 4
 	spec := qemu.Spec{
-		Machine: q.machine, MemoryMB: 512, CPUs: q.cpus, Accel: accel, Kernel: kernel, Initrd: initrd,
+		Machine: q.machine, MemoryMB: q.ramMB, CPUs: q.cpus, Accel: accel, Kernel: kernel, Initrd: initrd,
 		Append: fmt.Sprintf("console=ttyS0 panic=-1 quiet gmig.measure=0 gmig.steps=%d gmig.seed=%d gmig.check=true gmig.progress=%d",
 			steps, q.seed, max(steps/20, 1)),
 	}
