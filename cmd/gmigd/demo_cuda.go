@@ -48,7 +48,7 @@ const (
 
 // errProgramEnded: the guest's program ended before the migration could
 // start.
-var errProgramEnded = errors.New("demo: the program ended before the migration")
+var errProgramEnded = errors.New("the program ended before the migration")
 
 // programTimeout bounds the boot, the program and the migration.
 const programTimeout = 10 * time.Minute
@@ -81,7 +81,7 @@ func (q *qemuDemo) runProgram(ctx context.Context, c demoCluster) error {
 			return err
 		}
 		if reProgramExit.MatchString(m[0]) {
-			return fmt.Errorf("%w: the program ended after %d lines (-program-lines %d): %s", errProgramEnded, n, q.programLines, m[0])
+			return fmt.Errorf("%w, after %d lines (-program-lines %d): %s", errProgramEnded, n, q.programLines, m[0])
 		}
 	}
 	fmt.Printf("guest: the program printed %d lines; gmigd migrate demo --to %s (%s%s)\n", q.programLines, b.Addr, q.strategy, trackingNote(q.noTracking))
@@ -111,7 +111,7 @@ func (q *qemuDemo) runProgram(ctx context.Context, c demoCluster) error {
 	var logs [3][]byte
 	for i, p := range []string{a.Console("demo"), b.Console("demo"), b.Console("ref")} {
 		if logs[i], err = os.ReadFile(p); err != nil {
-			return fmt.Errorf("demo: console: %w", err)
+			return fmt.Errorf("console: %w", err)
 		}
 	}
 	moved, movedExit := programOutput(logs[0], logs[1])
@@ -125,11 +125,11 @@ func (q *qemuDemo) runProgram(ctx context.Context, c demoCluster) error {
 	fmt.Printf("program output after the migration vs never migrated (%s lines and the library's log left out): %s\n", timeLinePrefix, diff)
 	switch {
 	case len(moved) == 0:
-		return errors.New("demo: the program printed nothing")
+		return errors.New("the program printed nothing")
 	case movedExit != "0" || refExit != "0":
-		return fmt.Errorf("demo: the program exited %s (migrated) and %s (never migrated)", movedExit, refExit)
+		return fmt.Errorf("the program exited %s (migrated) and %s (never migrated)", movedExit, refExit)
 	case diff != "identical":
-		return errors.New("demo: the migrated program's output differs")
+		return errors.New("the migrated program's output differs from the never-migrated run's")
 	}
 	return nil
 }
