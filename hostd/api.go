@@ -64,6 +64,9 @@ type CreateRequest struct {
 	// GuestModules lets the guest load its own PTX (cuda only; read
 	// docs/nvidia.md, "Isolation", first).
 	GuestModules bool `json:"guest_modules,omitempty"`
+	// LocalMemSize is the vGPU's device-local memory in bytes (a multiple
+	// of 4096; 0: none; docs/device-abi.md §1.3).
+	LocalMemSize uint64 `json:"local_mem_size,omitempty"`
 }
 
 // maxRequestBody bounds what the API reads from a request.
@@ -86,7 +89,7 @@ func (h *Host) Handler() http.Handler {
 			return
 		}
 		info, err := h.Create(vgpu.Config{Name: req.Name, MemSize: req.MemSize, GTTEntries: req.GTTEntries,
-			Backend: req.Backend, GuestModules: req.GuestModules})
+			Backend: req.Backend, GuestModules: req.GuestModules, LocalMemSize: req.LocalMemSize})
 		if err != nil {
 			writeError(w, err)
 			return

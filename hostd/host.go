@@ -93,15 +93,17 @@ func CheckName(name string) error {
 
 // Info describes one vGPU for listings.
 type Info struct {
-	Name       string     `json:"name"`
-	State      string     `json:"state"` // live, incoming (a migration arriving), migrating (leaving)
-	Socket     string     `json:"socket"`
-	MemSize    uint64     `json:"mem_size"`
-	GTTEntries uint32     `json:"gtt_entries"`
-	Backend    string     `json:"backend"`       // software or cuda
-	GPU        string     `json:"gpu,omitempty"` // cuda: the UUID of the GPU it runs on
-	PoolOffset uint64     `json:"pool_offset"`
-	Stats      vgpu.Stats `json:"stats"`
+	Name       string `json:"name"`
+	State      string `json:"state"` // live, incoming (a migration arriving), migrating (leaving)
+	Socket     string `json:"socket"`
+	MemSize    uint64 `json:"mem_size"`
+	GTTEntries uint32 `json:"gtt_entries"`
+	Backend    string `json:"backend"` // software or cuda
+	// LocalMemSize is the device-local memory (0: none).
+	LocalMemSize uint64     `json:"local_mem_size,omitempty"`
+	GPU          string     `json:"gpu,omitempty"` // cuda: the UUID of the GPU it runs on
+	PoolOffset   uint64     `json:"pool_offset"`
+	Stats        vgpu.Stats `json:"stats"`
 }
 
 // vGPU states.
@@ -287,7 +289,7 @@ func (s *served) info() Info {
 	c := s.v.Config()
 	info := Info{
 		Name: c.Name, State: s.state, Socket: s.socket, MemSize: c.MemSize, GTTEntries: c.GTTEntries, Backend: c.Backend,
-		PoolOffset: s.v.Partition().Offset, Stats: s.v.Stats(),
+		LocalMemSize: c.LocalMemSize, PoolOffset: s.v.Partition().Offset, Stats: s.v.Stats(),
 	}
 	if g := s.v.GPU(); g != nil {
 		info.GPU = g.GPU().Info().UUID

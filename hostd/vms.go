@@ -134,10 +134,15 @@ func (r *vmRec) close() {
 
 // StartVMRequest starts a QEMU VM with a new vGPU of its name.
 type StartVMRequest struct {
-	Name       string    `json:"name"`
-	MemSize    uint64    `json:"vgpu_mem_size,omitempty"` // the vGPU's graphics memory (default 64 MiB)
-	GTTEntries uint32    `json:"vgpu_gtt_entries,omitempty"`
-	QEMU       qemu.Spec `json:"qemu"`
+	Name       string `json:"name"`
+	MemSize    uint64 `json:"vgpu_mem_size,omitempty"` // the vGPU's graphics memory (default 64 MiB)
+	GTTEntries uint32 `json:"vgpu_gtt_entries,omitempty"`
+	// The vGPU's back end, guest modules and device-local memory, as
+	// CreateRequest's.
+	Backend      string    `json:"vgpu_backend,omitempty"`
+	GuestModules bool      `json:"vgpu_guest_modules,omitempty"`
+	LocalMemSize uint64    `json:"vgpu_local_mem_size,omitempty"`
+	QEMU         qemu.Spec `json:"qemu"`
 }
 
 // StartVM creates the VM's vGPU (named after it) and starts QEMU with it:
@@ -154,7 +159,8 @@ func (h *Host) StartVM(ctx context.Context, req StartVMRequest) (VMInfo, error) 
 		h.mu.Unlock()
 		return VMInfo{}, fmt.Errorf("%w: %s", ErrVMExists, req.Name)
 	}
-	s, err := h.createLocked(vgpu.Config{Name: req.Name, MemSize: req.MemSize, GTTEntries: req.GTTEntries}, stateLive)
+	s, err := h.createLocked(vgpu.Config{Name: req.Name, MemSize: req.MemSize, GTTEntries: req.GTTEntries,
+		Backend: req.Backend, GuestModules: req.GuestModules, LocalMemSize: req.LocalMemSize}, stateLive)
 	if err == nil {
 		h.vms[req.Name] = &vmRec{name: req.Name, kind: KindQEMU, vgpu: req.Name, state: "starting", ownsVGPU: true}
 	}

@@ -75,6 +75,9 @@ func cmdDemo(args []string) error {
 		q.demo = d
 		return q.run(ctx)
 	}
+	if q.program != "" {
+		return badUsage(fs, "-cuda-program runs in a VM under QEMU, not with -sim")
+	}
 	if d.at <= 0 || d.at >= d.steps {
 		return fmt.Errorf("-at %d must be within (0, -steps %d)", d.at, d.steps)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/gmig-dev/gmig/internal/cluster"
 	"github.com/gmig-dev/gmig/internal/cmdline"
 	"github.com/gmig-dev/gmig/internal/inproc"
+	"github.com/gmig-dev/gmig/vgpu"
 )
 
 // qemuDemo is `gmigd demo`, the README's main job: two gmigd daemons on
@@ -33,16 +34,37 @@ type qemuDemo struct {
 	cache   string
 	machine string
 	cpus    int
+	ramMB   int
 	fps     int
 	keep    bool
+	accel   string // auto, kvm or tcg
+	// The VM's vGPU: back end, guest modules, device-local memory.
+	backend      string
+	guestModules bool
+	localMem     uint64
+	// program is a CUDA program the guest runs instead of gmig-guest's
+	// suite and workload (PROGRAM[,ARG...], demo_cuda.go), migrated once
+	// it printed programLines lines.
+	program      string
+	programLines int
+	noTracking   bool
+	binary       string // the gmigd the daemons run (default: this program)
 }
 
 func (q *qemuDemo) flags(fs *flag.FlagSet) {
 	fs.StringVar(&q.cache, "cache", cmdline.DefaultCache(), "the provisioned QEMU root and guest kernel (make provision guest-image)")
 	fs.StringVar(&q.machine, "machine", "pc", "QEMU machine type: pc or q35")
 	fs.IntVar(&q.cpus, "cpus", 2, "guest vCPUs")
+	fs.IntVar(&q.ramMB, "guest-ram", 512, "guest RAM in MiB")
 	fs.IntVar(&q.fps, "fps", 20, "pace the guest's workload to at most this many steps a second (0: unpaced), so that under KVM it outlasts the migration")
 	fs.BoolVar(&q.keep, "keep", false, "keep the daemons' run directories (logs, consoles)")
+	fs.StringVar(&q.accel, "accel", "auto", "QEMU accelerator: auto (KVM where /dev/kvm is usable and the CPU has vmx/svm, else TCG), kvm or tcg")
+	fs.StringVar(&q.backend, "backend", "software", "what runs the VM's vGPU commands: software, or cuda (an NVIDIA GPU; both daemons share it, each its own CUDA context)")
+	fs.BoolVar(&q.guestModules, "guest-modules", false, "cuda: let the guest load its own PTX (docs/nvidia.md, Isolation)")
+	fs.Var((*byteSize)(&q.localMem), "local-mem", "the vGPU's device-local memory (default none; docs/device-abi.md §1.3)")
+	fs.StringVar(&q.program, "cuda-program", "", "the guest runs this CUDA program on its libcuda.so.1 instead of the suite and workload: PROGRAM[,ARG...] (e.g. /usr/bin/cuda-streams,100,100); a second VM on B runs it unmigrated and the outputs are compared")
+	fs.IntVar(&q.programLines, "program-lines", 4, "-cuda-program: migrate once the program printed this many lines")
+	fs.BoolVar(&q.noTracking, "no-tracking", false, "migrate without the log of the guest's aperture writes (the stop phase hashes every page), for comparison")
 }
 
 // Guest console lines the demo waits for (cmd/gmig-guest).
@@ -53,6 +75,14 @@ var (
 	reDigestOrFail = regexp.MustCompile(`gmig: workload(?: seed=\d+ steps=\d+ in \S+ digest=([0-9a-f]{64})|: (.*))`)
 	reSuite        = regexp.MustCompile(`gmig: suite \((\w+)\): (\d+ passed, \d+ failed.*)`)
 )
+
+// demoCluster is what the QEMU demo runs on: two daemons with the
+// neighbour vGPU on A.
+type demoCluster struct {
+	a, b           *cluster.Daemon
+	accel          string
+	kernel, initrd string
+}
 
 func (q *qemuDemo) run(ctx context.Context) error {
 	root := qemu.Root(filepath.Join(q.cache, "qemu-root"))
@@ -68,10 +98,15 @@ func (q *qemuDemo) run(ctx context.Context) error {
 	if q.mem == 0 {
 		q.mem = 64 << 20
 	}
-	accel, why := qemu.DefaultAccel()
-	self, err := os.Executable()
+	accel, why, err := pickAccel(q.accel)
 	if err != nil {
 		return err
+	}
+	self := q.binary
+	if self == "" {
+		if self, err = os.Executable(); err != nil {
+			return err
+		}
 	}
 	dir, err := os.MkdirTemp("", "gmig-demo-")
 	if err != nil {
@@ -81,9 +116,19 @@ func (q *qemuDemo) run(ctx context.Context) error {
 		defer os.RemoveAll(dir)
 	}
 	fmt.Printf("gmigd demo: two gmigd daemons and a Linux VM under QEMU on this machine (%s: %s); files in %s\n", accel, why, dir)
+	opts := cluster.Options{Binary: self, QEMURoot: string(root), Pool: q.poolSize(), LogLevel: q.logLevel()}
+	if q.backend == vgpu.BackendCUDA {
+		// Both daemons on the one GPU, each its own process and CUDA
+		// context: no per-GPU lock.
+		opts.Extra = []string{"-gpu-lock-dir="}
+	} else {
+		// No GPU wanted: on a host with one, the second daemon would
+		// otherwise find it locked by the first and stop.
+		opts.Extra = []string{"-gpu", hostd.GPUNone}
+	}
 	var daemons [2]*cluster.Daemon
 	for i, name := range []string{"a", "b"} {
-		d, err := cluster.Start(ctx, dir, name, cluster.Options{Binary: self, QEMURoot: string(root), Pool: "256M", LogLevel: q.logLevel()})
+		d, err := cluster.Start(ctx, dir, name, opts)
 		if err != nil {
 			return err
 		}
@@ -94,13 +139,61 @@ func (q *qemuDemo) run(ctx context.Context) error {
 	a, b := daemons[0], daemons[1]
 	// A neighbour on host A first, so the VM's vGPU lands at another pool
 	// offset there than on B: the remapping is real.
-	if _, err := a.Client.Create(hostd.CreateRequest{Name: "neighbour", MemSize: 16 << 20}); err != nil {
+	if _, err := a.Client.Create(hostd.CreateRequest{Name: "neighbour", MemSize: demoNeighbourMem}); err != nil {
 		return err
 	}
+	c := demoCluster{a: a, b: b, accel: accel, kernel: kernel, initrd: initrd}
+	if q.program != "" {
+		return q.runProgram(ctx, c)
+	}
+	return q.runWorkload(ctx, c)
+}
+
+// demoNeighbourMem is the neighbour vGPU's graphics memory: the smallest
+// the pool's alignment leaves room for beside the demo's.
+const demoNeighbourMem = 16 << 20
+
+// poolSize is the daemons' -pool: the neighbour and two of the VM's vGPU
+// (B holds the arriving one and, with -cuda-program, the reference run's)
+// with their local memory, at least the 256 MiB the demo always had.
+func (q *qemuDemo) poolSize() string {
+	need := demoNeighbourMem + 2*(q.mem+q.localMem)
+	return fmt.Sprintf("%dM", max(need>>20+1, 256))
+}
+
+// pickAccel resolves -accel: auto is qemu.DefaultAccel's choice; kvm must
+// be usable.
+func pickAccel(want string) (accel, why string, err error) {
+	switch want {
+	case "", "auto":
+		accel, why = qemu.DefaultAccel()
+		return accel, why, nil
+	case "kvm":
+		if err := qemu.CheckKVM(); err != nil {
+			return "", "", fmt.Errorf("-accel kvm: %w", err)
+		}
+		return "kvm", "-accel kvm", nil
+	case "tcg":
+		return "tcg", "-accel tcg", nil
+	}
+	return "", "", fmt.Errorf("-accel %q: want auto, kvm or tcg", want)
+}
+
+// vmRequest is the request that starts VM name with the demo's vGPU.
+func (q *qemuDemo) vmRequest(name string, spec qemu.Spec) hostd.StartVMRequest {
+	return hostd.StartVMRequest{Name: name, MemSize: q.mem, Backend: q.backend, GuestModules: q.guestModules,
+		LocalMemSize: q.localMem, QEMU: spec}
+}
+
+// runWorkload is the demo proper: gmig-guest's suite and seeded workload,
+// migrated a quarter of the way through, its digest against a run never
+// migrated.
+func (q *qemuDemo) runWorkload(ctx context.Context, c demoCluster) error {
+	a, b, accel, kernel, initrd := c.a, c.b, c.accel, c.kernel, c.initrd
 	steps := q.steps
 	migrateAt := steps / 4
 	spec := qemu.Spec{
-		Machine: q.machine, MemoryMB: 512, CPUs: q.cpus, Accel: accel, Kernel: kernel, Initrd: initrd,
+		Machine: q.machine, MemoryMB: q.ramMB, CPUs: q.cpus, Accel: accel, Kernel: kernel, Initrd: initrd,
 		Append: fmt.Sprintf("console=ttyS0 panic=-1 quiet gmig.measure=0 gmig.steps=%d gmig.seed=%d gmig.check=true gmig.progress=%d",
 			steps, q.seed, max(steps/20, 1)),
 	}
@@ -109,7 +202,7 @@ func (q *qemuDemo) run(ctx context.Context) error {
 		// digest is the unpaced reference's.
 		spec.Append += fmt.Sprintf(" gmig.workload=mixed,fps=%d", q.fps)
 	}
-	vm, err := a.Client.StartVM(hostd.StartVMRequest{Name: "demo", MemSize: q.mem, QEMU: spec})
+	vm, err := a.Client.StartVM(q.vmRequest("demo", spec))
 	if err != nil {
 		return err
 	}
@@ -146,7 +239,7 @@ func (q *qemuDemo) run(ctx context.Context) error {
 	}
 	fmt.Printf("gmigd migrate demo --to %s (%s)\n", b.Addr, q.strategy)
 	pp := newProgressPrinter(os.Stdout, q.json, term.IsTerminal(int(os.Stdout.Fd())))
-	rep, err := a.Client.Migrate(ctx, "demo", hostd.MigrateRequest{To: b.Addr, Strategy: string(q.strategy)}, pp.show)
+	rep, err := a.Client.Migrate(ctx, "demo", hostd.MigrateRequest{To: b.Addr, Strategy: string(q.strategy), NoTracking: q.noTracking}, pp.show)
 	pp.done()
 	if err != nil {
 		return err

@@ -12,7 +12,8 @@ import (
 
 const vgpuUsage = `usage: gmigd vgpu <command> [flags] [arguments]
 
-  create NAME [-mem SIZE] [-backend software|cuda] [-guest-modules]   make a vGPU
+  create NAME [-mem SIZE] [-local-mem SIZE] [-backend software|cuda] [-guest-modules]
+                                                                       make a vGPU
   list                                                                 list vGPUs
   show NAME                                                            describe one
   rm NAME                                                              destroy one
@@ -61,6 +62,8 @@ func vgpuCreate(runDir *string, args []string) error {
 	fs.Var(&mem, "mem", "graphics memory (a power of two, ≥ 1M)")
 	backend := fs.String("backend", "software", "what runs the vGPU's commands: software, or cuda (the NVIDIA GPU gmigd serve -gpu chose; docs/nvidia.md)")
 	modules := fs.Bool("guest-modules", false, "cuda: let the guest load its own PTX (see docs/nvidia.md, Isolation)")
+	var local byteSize
+	fs.Var(&local, "local-mem", "device-local memory beside the graphics memory, reached by commands only (a multiple of 4K; default none; docs/device-abi.md §1.3)")
 	pos, err := parseN(fs, args, "NAME")
 	if err != nil {
 		return err
@@ -68,7 +71,7 @@ func vgpuCreate(runDir *string, args []string) error {
 	if mem == 0 {
 		return badUsage(fs, "-mem 0: want a size (e.g. 64M)")
 	}
-	info, err := client(*runDir).Create(hostd.CreateRequest{Name: pos[0], MemSize: uint64(mem), Backend: *backend, GuestModules: *modules})
+	info, err := client(*runDir).Create(hostd.CreateRequest{Name: pos[0], MemSize: uint64(mem), Backend: *backend, GuestModules: *modules, LocalMemSize: uint64(local)})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,281 @@
+#!/usr/bin/env bash
+# device-run.sh [-n] [PARTS]: the device machine's VM run, from the
+# directory scripts/device-build.sh filled (docs/nvidia.md, "Evidence: the
+# VM run"). PARTS (default abc; also $PARTS) picks among:
+#   a  native: each CUDA program on NVIDIA's libcuda
+#   b  library in a host process: the same programs through gmig's
+#      libcuda.so.1 on a cuda vGPU of `gmigd serve` (GMIG_CUDA_SOCKET),
+#      outputs against native ("time:" lines left out), launchrate and
+#      copybw side by side, vecadd.py both ways
+#   c  QEMU/KVM: `gmigd demo -cuda-program` with a cuda vGPU (local memory,
+#      guest modules) for each of $VM_MEMS, migrated mid-run between two
+#      gmigd on the one GPU, against a never-migrated VM
+#   d  issue 16's real VMs: gmig-bench -qemu (the guest-write log)
+#   e  the same with -no-tracking (the full hash), to compare with d
+# -n (or DRY=1): what runs without a GPU: a is skipped, b and c run the
+# cuda back end on its software model (GMIG_CUDA_MODEL=1), c, d and e
+# with small sizes. BACKEND=software runs b and c on the software back end
+# (no guest modules) instead of cuda; GUEST_MODULES=0 leaves them off the
+# cuda vGPUs. Each step is time-limited and printed as it ends; the whole
+# stays under $BUDGET s (570). Logs go to $OUT (default ./out): summary.txt
+# and logs.tar.gz, remade after every step.
+set -u
+if [ "${1:-}" = -h ]; then
+	sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'
+	exit 0
+fi
+cd "$(dirname "$0")"
+DIR=$PWD
+DRY=${DRY:-0}
+if [ "${1:-}" = -n ]; then
+	DRY=1
+	shift
+fi
+PARTS=${1:-${PARTS:-abc}}
+OUT=${OUT:-$DIR/out}
+BUDGET=${BUDGET:-570}
+LOGS=$DIR/logs
+WORK=$(mktemp -d /tmp/gmig-devrun-XXXXXX)
+mkdir -p "$OUT" "$LOGS"
+exec > >(tee -a "$OUT/summary.txt") 2>&1
+if [ "$DRY" = 1 ]; then
+	export GMIG_CUDA_MODEL=1
+	VM_MEMS=${VM_MEMS:-16M}
+	BENCH_MEMS=${BENCH_MEMS:-64M}
+	LIB_LOCAL=${LIB_LOCAL:-64M}
+else
+	VM_MEMS=${VM_MEMS:-1G 4G 16G}
+	BENCH_MEMS=${BENCH_MEMS:-1G,4G,16G}
+	LIB_LOCAL=${LIB_LOCAL:-1G}
+fi
+# The evidence programs' arguments (cmd/libcuda/testdata; empty: theirs).
+ARGS_probe=${ARGS_probe:-20 0}
+ARGS_vecadd=${ARGS_vecadd:-}
+ARGS_matmul=${ARGS_matmul:-}
+ARGS_streams=${ARGS_streams:-10 0}
+ARGS_launchrate=${ARGS_launchrate:-}
+ARGS_copybw=${ARGS_copybw:-}
+PROGRAMS="vecadd matmul streams launchrate copybw probe"
+BACKEND=${BACKEND:-cuda}
+VGPU_FLAGS="-backend $BACKEND"
+[ "$BACKEND" = cuda ] && [ "${GUEST_MODULES:-1}" = 1 ] && VGPU_FLAGS="$VGPU_FLAGS -guest-modules"
+
+# pack remakes $OUT/logs.tar.gz from the logs so far (the device tool
+# brings back few files: one archive, the summary).
+pack() { tar -czf "$OUT/logs.tar.gz" -C "$DIR" logs 2>/dev/null; }
+
+# step NAME LIMIT CMD...: CMD under min(LIMIT, what is left of BUDGET)
+# seconds, its output in logs/NAME.log; prints NAME, rc and the time.
+step() {
+	local name=$1 limit=$2 left t0=$SECONDS rc
+	shift 2
+	left=$((BUDGET - SECONDS))
+	[ "$limit" -gt "$left" ] && limit=$left
+	if [ "$limit" -lt 5 ]; then
+		echo "$name: skipped (the ${BUDGET} s budget is spent)"
+		return 124
+	fi
+	timeout -k 5 "$limit" "$@" >"$LOGS/$name.log" 2>&1
+	rc=$?
+	echo "$name rc=$rc ($((SECONDS - t0)) s, at $SECONDS s)"
+	[ $rc = 0 ] || tail -3 "$LOGS/$name.log" | sed "s/^/  $name: /"
+	pack
+	return $rc
+}
+
+# unxz SRC DST: lzma through python3 (xz may be missing on the device).
+unxz_to() { python3 -c 'import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],"wb"))' "$1" "$2"; }
+
+setup() {
+	[ -x gmigd ] || { unxz_to gmigd.xz gmigd && chmod +x gmigd; }
+	[ -x gmig-bench ] || { unxz_to gmig-bench.xz gmig-bench && chmod +x gmig-bench; }
+	if [ ! -x cache/qemu-root/usr/bin/qemu-system-x86_64 ]; then
+		mkdir -p cache/guest
+		python3 -c 'import tarfile,sys; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter="tar")' qemu-root.tar.xz cache
+		cp guest/vmlinuz cache/guest/
+		unxz_to guest/initramfs.cpio.xz cache/guest/initramfs.cpio
+	fi
+	cache/qemu-root/lib64/ld-linux-x86-64.so.2 --library-path cache/qemu-root/lib/x86_64-linux-gnu \
+		cache/qemu-root/usr/bin/qemu-system-x86_64 --version | head -1
+	./gmigd version 2>&1 | head -1
+	(uname -r; nvidia-smi -L; ls -l /dev/kvm; grep -c -wE 'vmx|svm' /proc/cpuinfo) 2>&1 | sed 's/^/  /'
+}
+
+# notime FILE: FILE's lines less "time:" lines.
+notime() { grep -v '^time:' "$1"; }
+
+# compare NAME: the library's stdout of NAME against native's.
+compare() {
+	local n=$LOGS/native-$1.out l=$LOGS/lib-$1.out
+	if [ ! -f "$n" ]; then
+		echo "  $1: no native run to compare with"
+	elif diff <(notime "$n") <(notime "$l") >"$LOGS/diff-$1.txt"; then
+		echo "  $1: library vs native (time: lines left out): identical ($(notime "$n" | wc -l) lines)"
+	else
+		echo "  $1: library vs native: DIFFERENT (logs/diff-$1.txt):"
+		head -20 "$LOGS/diff-$1.txt" | sed 's/^/    /'
+	fi
+}
+
+# ratios NAME: NAME's time: lines native and through the library, side by
+# side, with the ratio of each line's last number (library / native).
+ratios() {
+	local n=$LOGS/native-$1.out l=$LOGS/lib-$1.out
+	[ -f "$n" ] && [ -f "$l" ] || return 0
+	paste -d '\t' <(grep '^time:' "$n") <(grep '^time:' "$l") | awk -F '\t' '
+		function last(s,   a, i, k) { k = split(s, a, /[^0-9.eE+-]+/); for (i = k; i > 0; i--) if (a[i] ~ /^[0-9]/) return a[i] + 0; return 0 }
+		{ r = last($1) ? sprintf("%.3f", last($2) / last($1)) : "?"
+		  printf "  %s | native: %s | library: %s | library/native %s\n", "'"$1"'", $1, $2, r }'
+}
+
+# run_prog WHERE NAME ENV...: runs cuda-NAME (stdout to logs/WHERE-NAME.out).
+run_prog() {
+	local where=$1 p=$2 args
+	shift 2
+	args=ARGS_$p
+	# shellcheck disable=SC2086 # the arguments are words
+	step "$where-$p" 120 env "$@" ./cuda-$p ${!args}
+	local rc=$?
+	# The step's log holds both streams; .out the program's stdout alone.
+	grep -v '^{"level":' "$LOGS/$where-$p.log" >"$LOGS/$where-$p.out"
+	grep -E '^time:|result|digest' "$LOGS/$where-$p.out" | tail -6 | sed "s/^/  $where $p: /"
+	return $rc
+}
+
+part_a() {
+	echo "== a: native (NVIDIA's libcuda)"
+	if [ "$DRY" = 1 ]; then
+		echo "a: skipped: needs the GPU and NVIDIA's libcuda"
+		return
+	fi
+	for p in $PROGRAMS; do
+		[ -x "cuda-$p" ] && run_prog native "$p"
+	done
+	if [ -f vecadd.py ]; then
+		step native-vecadd.py 120 python3 vecadd.py
+		cp "$LOGS/native-vecadd.py.log" "$LOGS/native-vecadd.py.out"
+		tail -3 "$LOGS/native-vecadd.py.out" | sed 's/^/  native vecadd.py: /'
+	fi
+}
+
+part_b() {
+	echo "== b: the library in a host process (gmigd serve, a vGPU $VGPU_FLAGS -local-mem $LIB_LOCAL)"
+	local rd=$WORK/lib sock pid
+	mkdir -p "$rd"
+	./gmigd serve -run-dir "$rd" -pool 1G -gpu-lock-dir= -qemu-root "$DIR/cache/qemu-root" -log-level info >"$LOGS/lib-gmigd.log" 2>&1 &
+	pid=$!
+	timeout 30 bash -c "until ./gmigd vgpu list -run-dir '$rd' >/dev/null 2>&1; do sleep 0.2; done" ||
+		{ echo "b: gmigd serve did not come up (logs/lib-gmigd.log)"; kill "$pid"; return 1; }
+	# shellcheck disable=SC2086 # VGPU_FLAGS are words
+	if ! ./gmigd vgpu create lib -run-dir "$rd" $VGPU_FLAGS -local-mem "$LIB_LOCAL" >"$LOGS/lib-vgpu.json" 2>&1; then
+		echo "b: vgpu create failed: $(cat "$LOGS/lib-vgpu.json")"
+		kill "$pid"
+		return 1
+	fi
+	sock=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["socket"])' "$LOGS/lib-vgpu.json")
+	for p in $PROGRAMS; do
+		[ -x "cuda-$p" ] || continue
+		run_prog lib "$p" LD_LIBRARY_PATH="$DIR" GMIG_CUDA_SOCKET="$sock"
+		compare "$p"
+	done
+	ratios launchrate
+	ratios copybw
+	if [ -f vecadd.py ]; then
+		step lib-vecadd.py 120 env LD_LIBRARY_PATH="$DIR" GMIG_CUDA_SOCKET="$sock" python3 vecadd.py
+		grep -v '^{"level":' "$LOGS/lib-vecadd.py.log" >"$LOGS/lib-vecadd.py.out"
+		tail -3 "$LOGS/lib-vecadd.py.out" | sed 's/^/  library vecadd.py: /'
+		compare vecadd.py
+	fi
+	kill "$pid"
+	wait "$pid" 2>/dev/null
+}
+
+# bytes SIZE: SIZE (e.g. 16G, 64M) in bytes.
+bytes() {
+	local n=${1%[KMGkmg]}
+	case $1 in
+	*[Kk]) echo $((n << 10)) ;;
+	*[Mm]) echo $((n << 20)) ;;
+	*[Gg]) echo $((n << 30)) ;;
+	*) echo "$n" ;;
+	esac
+}
+
+part_c() {
+	local prog m n
+	echo "== c: QEMU/KVM: a CUDA program in a VM with a vGPU $VGPU_FLAGS, live-migrated between two gmigd on the one GPU, local memory $VM_MEMS"
+	for m in $VM_MEMS; do
+		# The guest's program: cuda-streams where the image has it, 4
+		# streams each rewriting 3 buffers of N floats every iteration
+		# (48 N bytes): N = SIZE/4800 dirties 1 % of the local memory
+		# between two pauses; 100 iterations 100 ms apart (and the
+		# guest's own work on 48 N bytes each) outlast the migration, so
+		# it lands mid-run. Else the probe.
+		n=$(($(bytes "$m") / 4800))
+		[ "$n" -gt 0 ] || n=256
+		if grep -qx /usr/bin/cuda-streams guest-programs.txt; then
+			prog=${VM_PROGRAM:-/usr/bin/cuda-streams,100,100,$n}
+		else
+			prog=${VM_PROGRAM:-/usr/bin/cuda-probe,300,100}
+		fi
+		echo "  vm $m: $prog"
+		# shellcheck disable=SC2086 # VGPU_FLAGS and VM_FLAGS are words
+		step "vm-$m" 240 ./gmigd demo -cache "$DIR/cache" $VGPU_FLAGS -local-mem "$m" -guest-ram 1024 \
+			-cuda-program "$prog" -program-lines "${VM_LINES:-6}" -log-level warn -keep ${VM_FLAGS:-}
+		# The daemons' logs and the consoles, then the demo's files go.
+		local files
+		files=$(sed -n 's/.*; files in \(\/[^ ]*\)$/\1/p' "$LOGS/vm-$m.log" | head -1)
+		if [ -n "$files" ] && [ -d "$files" ]; then
+			mkdir -p "$LOGS/vm-$m"
+			for f in "$files"/*/gmigd.log "$files"/*/vms/*/console.log; do
+				[ -f "$f" ] && cp "$f" "$LOGS/vm-$m/$(echo "${f#"$files"/}" | tr / -)"
+			done
+			rm -rf "$files"
+		fi
+		grep -E 'accel|kvm|tcg:|downtime|final dirty|vgpu transfer|at the stop|tracking:|exit|identical|DIFFERENT|Error|error' "$LOGS/vm-$m.log" |
+			grep -v '^  |' | head -20 | sed "s/^/  vm $m: /"
+	done
+}
+
+# bench NAME FLAGS...: gmig-bench's real-VM matrix (issue 16) into
+# logs/NAME, its tables printed at the end.
+bench() {
+	local name=$1 g=$WORK/gmigd
+	shift
+	# gmig-bench's two daemons share this host's GPU: without the per-GPU
+	# lock, or the second finds the GPU locked by the first and stops.
+	printf '#!/bin/sh\n[ "$1" = serve ] && exec %s "$@" -gpu-lock-dir=\nexec %s "$@"\n' "$DIR/gmigd" "$DIR/gmigd" >"$g"
+	chmod +x "$g"
+	step "$name" 560 ./gmig-bench -inproc=false -qemu -cache "$DIR/cache" -gmigd "$g" "$@" -out "$LOGS/$name"
+	sed -n '/^Downtime (pause/,$p' "$LOGS/$name.log"
+}
+
+# ---- bench16's place: the flags of issue 16's real-VM matrix. The
+# bench16 engineer picks them: edit this default (or set BENCH_FLAGS);
+# parts d and e stay as they are. Default: the software back end's -qemu
+# matrix at 1, 4 and 16 GiB.
+BENCH_FLAGS=${BENCH_FLAGS:--qemu-mems $BENCH_MEMS -qemu-budget 20s}
+# ---- end of bench16's place.
+
+part_d() {
+	echo "== d: gmig-bench -qemu $BENCH_FLAGS (the guest-write log)"
+	# shellcheck disable=SC2086 # the flags are words
+	bench bench-qemu-tracked $BENCH_FLAGS
+}
+
+part_e() {
+	echo "== e: gmig-bench -qemu $BENCH_FLAGS -no-tracking (the full hash)"
+	# shellcheck disable=SC2086
+	bench bench-qemu-full $BENCH_FLAGS -no-tracking
+}
+
+echo "device-run: parts $PARTS$([ "$DRY" = 1 ] && echo ' (dry: no GPU; the cuda back end on its model)'), logs in $OUT, budget $BUDGET s"
+setup
+case $PARTS in *a*) part_a ;; esac
+case $PARTS in *b*) part_b ;; esac
+case $PARTS in *c*) part_c ;; esac
+case $PARTS in *d*) part_d ;; esac
+case $PARTS in *e*) part_e ;; esac
+pack
+rm -rf "$WORK"
+echo "device-run: done in $SECONDS s"
