@@ -12,7 +12,9 @@ type gpuDevice interface {
 	Sync(cuda.Stream) error
 	HostRegister([]byte) (cuda.DevPtr, error)
 	HostUnregister([]byte) error
-	NewMapping(size uint64, addr cuda.DevPtr) (gpuMapping, error)
+	// NewMapping maps size bytes in a range of max(size, reserve) bytes
+	// at addr when granted (0: anywhere).
+	NewMapping(size, reserve uint64, addr cuda.DevPtr) (gpuMapping, error)
 	AllocHostMapped(size uint64) ([]byte, cuda.DevPtr, error)
 	FreeHost([]byte) error
 	Alloc(size uint64) (cuda.DevPtr, error)
@@ -36,8 +38,8 @@ type gpuMapping interface {
 // cudaDevice is a real device.
 type cudaDevice struct{ *cuda.Device }
 
-func (d cudaDevice) NewMapping(size uint64, addr cuda.DevPtr) (gpuMapping, error) {
-	m, err := d.Device.NewMapping(size, addr)
+func (d cudaDevice) NewMapping(size, reserve uint64, addr cuda.DevPtr) (gpuMapping, error) {
+	m, err := d.Device.NewMappingIn(size, reserve, addr)
 	if err != nil {
 		return nil, err
 	}

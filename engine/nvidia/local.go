@@ -34,7 +34,7 @@ func (b *NVIDIA) openLocal() error {
 		return nil
 	}
 	var err error
-	if b.local, err = b.dev.NewMapping(b.cfg.LocalSize, 0); err != nil {
+	if b.local, err = b.dev.NewMapping(b.cfg.LocalSize, placeRegionAlign, 0); err != nil {
 		return fmt.Errorf("nvidia: mapping %d bytes of device-local memory: %w", b.cfg.LocalSize, err)
 	}
 	b.placeAway()
@@ -83,17 +83,15 @@ func (b *NVIDIA) readLocal(dst []byte, s span) error {
 // LocalSize is the back end's device-local memory in bytes (0 for none).
 func (b *NVIDIA) LocalSize() uint64 { return b.cfg.LocalSize }
 
-// DeviceAddrBase implements engine.Backend: the device address of
-// device-local byte 0 (2 MiB aligned: the reservation's alignment is the
-// allocation granularity), 0 without local memory. Unlike the other
-// methods it may be called from any goroutine (the register file's).
 // The device-address region fresh device-local memory is moved into: a
 // random 1 GiB-aligned address in [32 TiB, 96 TiB) of the process's
 // 128 TiB user address space. The driver's own choice lies among the
 // process's mmap-ed libraries and heaps near the top (0x7f…), whose layout
 // differs from process to process, so a destination gmigd usually had
 // that range taken (measured on the H100: every restore in a second
-// process refused); nothing maps in the region below unless asked, so the
+// process refused); nothing maps in the region below unless asked (the
+// driver grants such an address for a range of 1 GiB or more, not for a
+// smaller one: cuda.Device.NewMappingIn), so the
 // destination finds the source's address free unless one of its own vGPUs
 // drew an overlapping one (odds about the share of the 64 TiB its vGPUs
 // cover). Where every try is refused the driver's address is kept.
@@ -115,10 +113,15 @@ func (b *NVIDIA) placeAway() {
 		if err == nil && moved {
 			return
 		}
+		b.log.Debug().Err(err).Uint64("addr", addr).Msg("nvidia: device-address region: address refused")
 	}
 	b.log.Warn().Uint64("base", uint64(b.local.Addr())).Msg("nvidia: device-local memory left where the driver put it (the device-address region refused it): a migration to another process may not get this address")
 }
 
+// DeviceAddrBase implements engine.Backend: the device address of
+// device-local byte 0 (2 MiB aligned: the reservation's alignment is the
+// allocation granularity), 0 without local memory. Unlike the other
+// methods it may be called from any goroutine (the register file's).
 func (b *NVIDIA) DeviceAddrBase() uint64 { return b.localBase.Load() }
 
 // PlaceLocal moves device-local memory to device address addr without

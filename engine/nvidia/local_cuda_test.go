@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 
 	"github.com/gmig-dev/gmig/internal/cuda"
@@ -107,6 +108,27 @@ func TestLocalTrackerTimes(t *testing.T) {
 		}
 		if err := b.Close(); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// TestLocalPlacedAway: fresh device-local memory lies in the
+// device-address region (placeAway), where another process finds it free.
+// On the H100: 0x32a140000000, 0x36f4c0000000, 0x4b4a00000000 (before
+// NewMappingIn's 1 GiB reservations, every move there was refused).
+func TestLocalPlacedAway(t *testing.T) {
+	g := testGPU(t)
+	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.DebugLevel)
+	for i := range 3 {
+		b, err := NewNVIDIA(NVIDIAConfig{GPU: g, Window: mmapWin(t)(testWindow), LocalSize: 256 << 10, Log: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = b.Close() })
+		base := b.DeviceAddrBase()
+		t.Logf("vGPU %d: device-local memory at %#x", i, base)
+		if base < placeRegionLo || base >= placeRegionHi {
+			t.Errorf("vGPU %d: device-local memory at %#x, outside [%#x, %#x)", i, base, uint64(placeRegionLo), uint64(placeRegionHi))
 		}
 	}
 }

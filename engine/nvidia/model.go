@@ -173,7 +173,7 @@ type modelMapping struct {
 // NewMapping maps size bytes (rounded up to modelAlign) at addr when no
 // allocation is there (as cuMemAddressReserve grants a free address it is
 // asked for), else anywhere.
-func (d *modelDevice) NewMapping(size uint64, addr cuda.DevPtr) (gpuMapping, error) {
+func (d *modelDevice) NewMapping(size, _ uint64, addr cuda.DevPtr) (gpuMapping, error) {
 	size = (size + modelAlign - 1) &^ (modelAlign - 1)
 	mem := make([]byte, size)
 	d.mu.Lock()

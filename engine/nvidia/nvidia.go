@@ -153,7 +153,7 @@ func (b *NVIDIA) open() error {
 	if b.host, err = b.dev.HostRegister(b.cfg.Window); err != nil {
 		return fmt.Errorf("nvidia: page-locking the %d-byte window: %w", b.size, err)
 	}
-	if b.mirror, err = b.dev.NewMapping(b.size, 0); err != nil {
+	if b.mirror, err = b.dev.NewMapping(b.size, 0, 0); err != nil {
 		return fmt.Errorf("nvidia: mapping %d bytes of device memory: %w", b.size, err)
 	}
 	if b.tableRaw, b.tableDev, err = b.dev.AllocHostMapped(tablePieces * 24); err != nil {
