@@ -99,13 +99,13 @@ func (dv *Device) SetAccess(p DevPtr, size uint64) error {
 // reservation at Base with physical chunks mapped into it, readable and
 // writable by the device.
 type Mapping struct {
-	dv     *Device
-	Base   DevPtr
-	Size   uint64 // bytes mapped, a multiple of the granularity
+	dv   *Device
+	Base DevPtr
+	Size uint64 // bytes mapped, a multiple of the granularity
 	// Reserved is the address range's length (≥ Size; NewMappingIn).
 	Reserved uint64
 	align    uint64
-	chunks []chunk
+	chunks   []chunk
 }
 
 type chunk struct {
