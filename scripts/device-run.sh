@@ -162,7 +162,7 @@ part_b() {
 	echo "== b: the library in a host process (gmigd serve, a vGPU $VGPU_FLAGS -local-mem $LIB_LOCAL)"
 	local rd=$WORK/lib sock pid
 	mkdir -p "$rd"
-	./gmigd serve -run-dir "$rd" -pool 1G -gpu-lock-dir= -qemu-root "$DIR/cache/qemu-root" -log-level info >"$LOGS/lib-gmigd.log" 2>&1 &
+	./gmigd serve -run-dir "$rd" -pool 20G -gpu-lock-dir= -qemu-root "$DIR/cache/qemu-root" -log-level info >"$LOGS/lib-gmigd.log" 2>&1 &
 	pid=$!
 	timeout 30 bash -c "until ./gmigd vgpu list -run-dir '$rd' >/dev/null 2>&1; do sleep 0.2; done" ||
 		{ echo "b: gmigd serve did not come up (logs/lib-gmigd.log)"; kill "$pid"; return 1; }
