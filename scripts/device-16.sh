@@ -25,7 +25,7 @@ OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 parts=${*:-sw cuda}
 MEMS=${MEMS:-1G,4G,16G}
-DIRTY_PROFILES=dirty:bytes=16M,dirty:bytes=160M,dirty:pct=0.1,dirty:pct=1,dirty:pct=10
+DIRTY_PROFILES=${DIRTY_PROFILES:-dirty:bytes=16M,dirty:bytes=160M,dirty:pct=0.1,dirty:pct=1,dirty:pct=10}
 DEADLINE=${DEADLINE:-570} # seconds for all parts (the device call's limit is 600)
 echo "$(nproc) cores; $(free -g | awk '/^Mem/ {print $2}') GiB; parts: $parts; deadline ${DEADLINE}s"
 (nvidia-smi -L; uname -r) >"$OUT/env.log" 2>&1
