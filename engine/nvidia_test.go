@@ -116,10 +116,9 @@ func BenchmarkNVIDIAModelLaunchGrid(b *testing.B) {
 	engine.BenchLaunchGrid(b, onNVIDIA(nvidia.NewModelGPU(), true))
 }
 
-// modelLocal makes NVIDIA back ends on the CUDA model with device-local
-// memory (and guest modules when modules is set).
-func modelLocal(modules bool) engine.NewLocalBackend {
-	g := nvidia.NewModelGPU()
+// localOn makes NVIDIA back ends on g with device-local memory (and guest
+// modules when modules is set).
+func localOn(g *nvidia.GPU, modules bool) engine.NewLocalBackend {
 	return func(t testing.TB, window []byte, local uint64) engine.Backend {
 		b, err := nvidia.NewNVIDIA(nvidia.NVIDIAConfig{GPU: g, Window: window, LocalSize: local, Modules: modules})
 		if err != nil {
@@ -139,7 +138,7 @@ func modelLocal(modules bool) engine.NewLocalBackend {
 func TestDeviceAddrModelMatchesSoftware(t *testing.T) {
 	var sw, nv []byte
 	t.Run("software", func(t *testing.T) { sw = engine.RunDeviceAddr(t, nil) })
-	t.Run("model", func(t *testing.T) { nv = engine.RunDeviceAddr(t, modelLocal(false)) })
+	t.Run("model", func(t *testing.T) { nv = engine.RunDeviceAddr(t, localOn(nvidia.NewModelGPU(), false)) })
 	if sw == nil || nv == nil || !bytes.Equal(sw, nv) {
 		t.Fatalf("the CUDA model and the software back end differ (%d and %d bytes)", len(nv), len(sw))
 	}
@@ -147,4 +146,4 @@ func TestDeviceAddrModelMatchesSoftware(t *testing.T) {
 
 // TestDeviceAddrGridModel: a module loaded from, and launched with a
 // parameter buffer at, device addresses on the CUDA model.
-func TestDeviceAddrGridModel(t *testing.T) { engine.RunDeviceAddrGrid(t, modelLocal(true)) }
+func TestDeviceAddrGridModel(t *testing.T) { engine.RunDeviceAddrGrid(t, localOn(nvidia.NewModelGPU(), true)) }
