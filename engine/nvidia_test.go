@@ -146,4 +146,6 @@ func TestDeviceAddrModelMatchesSoftware(t *testing.T) {
 
 // TestDeviceAddrGridModel: a module loaded from, and launched with a
 // parameter buffer at, device addresses on the CUDA model.
-func TestDeviceAddrGridModel(t *testing.T) { engine.RunDeviceAddrGrid(t, localOn(nvidia.NewModelGPU(), true)) }
+func TestDeviceAddrGridModel(t *testing.T) {
+	engine.RunDeviceAddrGrid(t, localOn(nvidia.NewModelGPU(), true))
+}
