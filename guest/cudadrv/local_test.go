@@ -278,3 +278,36 @@ func TestLocalBeyondTheGTT(t *testing.T) {
 	check([]uint64{all}, []uint64{big})
 	must(t, l.MemFree(thread, all))
 }
+
+// TestStreamIDs: on a device with streams each created stream gets the
+// least used device stream id, never 0 (the default stream's), and gives
+// it back when destroyed, by itself or with its context.
+func TestStreamIDs(t *testing.T) {
+	l := initLibConfig(t, localConfig(), Config{})
+	ids := map[uint8]Handle{}
+	for range 3 {
+		s, r := l.StreamCreate(thread, 0)
+		must(t, r)
+		ids[l.streamIDLocked(s)] = s
+	}
+	if len(ids) != 3 || ids[0] != 0 {
+		t.Fatalf("stream ids %v: want three distinct nonzero ids", ids)
+	}
+	must(t, l.StreamDestroy(ids[2]))
+	s, r := l.StreamCreate(thread, 0)
+	must(t, r)
+	if id := l.streamIDLocked(s); id != 2 {
+		t.Fatalf("a stream created after id 2's was destroyed got id %d, want 2", id)
+	}
+	c, r := l.CtxCreate(thread, 0, 0)
+	must(t, r)
+	s, r = l.StreamCreate(thread, 0)
+	must(t, r)
+	if id := l.streamIDLocked(s); id != 4 {
+		t.Fatalf("the fourth live stream got id %d, want 4", id)
+	}
+	must(t, l.CtxDestroy(c))
+	if l.streamUsers[4] != 0 {
+		t.Fatalf("id 4 has %d users after its stream's context was destroyed", l.streamUsers[4])
+	}
+}

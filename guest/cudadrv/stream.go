@@ -232,6 +232,13 @@ func (l *Lib) takeStreamIDLocked() uint8 {
 	return uint8(best)
 }
 
+// releaseStreamIDLocked gives back a destroyed stream's device id.
+func (l *Lib) releaseStreamIDLocked(id uint8) {
+	if id != 0 {
+		l.streamUsers[id]--
+	}
+}
+
 // streamIDLocked is the device stream id of s (checked by
 // streamOpLocked): 0 for the default stream.
 func (l *Lib) streamIDLocked(s Handle) uint8 {
@@ -253,9 +260,7 @@ func (l *Lib) StreamDestroy(s Handle) Result {
 	if !ok {
 		return ErrInvalidHandle
 	}
-	if st.id != 0 {
-		l.streamUsers[st.id]--
-	}
+	l.releaseStreamIDLocked(st.id)
 	delete(l.objs, s)
 	return Success
 }
