@@ -100,6 +100,10 @@ func runDeviceAddr(t *testing.T, newB NewLocalBackend) []byte {
 
 	before := h.read(tDataGA, 0x1000)
 	wantFault(t, h, "COPY straddling local memory's end", Copy{Dst: tDataGA, Src: b + tLocal - 0x800, Len: 0x1000})
+	h.submit(Copy{Dst: b, Src: b + tLocal, Len: 1})
+	if f := h.ev.takeFaults(); len(f) != 1 || !errors.Is(f[0].Err, gtt.ErrFault) {
+		t.Fatalf("COPY from just past local memory: faults %+v, want one wrapping gtt.ErrFault", f)
+	}
 	want("the refused COPY's destination", h.read(tDataGA, 0x1000), before)
 	wantFault(t, h, "FILL straddling DEVICE_ADDR_BASE", Fill{Dst: b - 0x1000, Len: 0x2000})
 	wantFault(t, h, "COPY below 2^32 straddling it", Copy{Dst: graphicsLimit - 0x1000, Src: tDataGA, Len: 0x2000})

@@ -94,17 +94,17 @@ func (e *Engine) deviceAddrBase() uint64 {
 
 // resolveLocal resolves the device-address range [a, a+n) (a at or above
 // graphicsLimit) into device-local memory: a range inside it is one
-// extent; any other is a *gtt.FaultError (wrapping gtt.ErrFault), the
-// page fault an unmapped graphics address gives.
+// extent; any other is an error wrapping gtt.ErrFault, the page fault an
+// unmapped graphics address gives.
 func (e *Engine) resolveLocal(dst []gtt.Extent, base, a, n uint64, write bool) ([]gtt.Extent, error) {
 	size := e.cfg.Local.Len
 	if a < base || a-base > size || n > size-(a-base) {
-		at := a
-		if a >= base && a-base <= size {
-			at = base + size // the first byte past device-local memory
+		access := "read"
+		if write {
+			access = "write"
 		}
-		return nil, fmt.Errorf("engine: resolving %#x+%#x: %w", a, n,
-			&gtt.FaultError{GA: at, Write: write, Reason: "outside device-local memory"})
+		return nil, fmt.Errorf("engine: %s of device addresses %#x+%#x outside device-local memory [%#x, %#x): %w",
+			access, a, n, base, base+size, gtt.ErrFault)
 	}
 	if n == 0 {
 		return dst, nil
