@@ -1,7 +1,8 @@
 // Package engine is the vGPU's command processor (docs/device-abi.md §5–8):
 // it fetches commands from the guest's ring in graphics memory, decodes
-// them (cmd.go), resolves graphics addresses through the shadow GTT
-// (Resolver) and runs the work on a Backend: the software back end
+// them (cmd.go), resolves their address operands (resolve.go: graphics
+// addresses through the shadow GTT, Resolver; device addresses of
+// device-local memory, ABI 1.3, straight to Config.Local) and runs the work on a Backend: the software back end
 // (software.go, the default everywhere), or the NVIDIA back end in
 // engine/nvidia (CUDA driver API loaded at run time, graphics memory
 // mirrored on the GPU, page hashing there). What both share — the kernels

@@ -34,6 +34,11 @@ type Config struct {
 	// errors (docs/device-abi.md §5.1, ABI 1.2, abi.CapStreams). Without
 	// it the stream bits are reserved, as in ABI 1.1.
 	Streams bool
+	// Local is the host extent (pool offsets) of the vGPU's device-local
+	// memory (docs/device-abi.md §1.3); Len 0 without. Where the back end
+	// reports a DeviceAddrBase (ABI 1.3, CapDeviceAddr), command operands
+	// that are device addresses resolve into it (§1.4, resolve.go).
+	Local gtt.Extent
 }
 
 // Regs is a snapshot of the engine's registers (docs/device-abi.md §3).

@@ -175,7 +175,7 @@ func (e *Engine) fetchAndRun(p ringPos) result {
 func (e *Engine) readRing(p ringPos, off uint32, dst []byte) error {
 	for len(dst) > 0 {
 		n := min(uint32(len(dst)), p.size-off)
-		xs, err := e.scratchResolve(p.base+uint64(off), uint64(n))
+		xs, err := e.scratchResolveGfx(p.base+uint64(off), uint64(n))
 		if err != nil {
 			return err
 		}
@@ -185,48 +185,6 @@ func (e *Engine) readRing(p ringPos, off uint32, dst []byte) error {
 		dst, off = dst[n:], 0
 	}
 	return nil
-}
-
-// appendResolver is a Resolver that fills a caller's buffer (gtt.Table
-// is one), so that reads the engine makes for itself allocate nothing.
-type appendResolver interface {
-	AppendResolve(dst []gtt.Extent, ga, n uint64, write bool) ([]gtt.Extent, error)
-}
-
-// resolve translates [ga, ga+n) through the GTT; its error is a page fault.
-func (e *Engine) resolve(ga, n uint64, write bool) ([]gtt.Extent, error) {
-	return e.resolveTo(nil, ga, n, write)
-}
-
-// scratchResolve is resolve for reading into the engine's own reusable
-// extents (the ring fetch, a parameter buffer): valid until the next call.
-func (e *Engine) scratchResolve(ga, n uint64) ([]gtt.Extent, error) {
-	xs, err := e.resolveTo(e.xs[:0], ga, n, false)
-	if err == nil {
-		e.xs = xs
-	}
-	return xs, err
-}
-
-// resolveTo is resolve appending to dst where the GTT can (dst non-nil).
-func (e *Engine) resolveTo(dst []gtt.Extent, ga, n uint64, write bool) ([]gtt.Extent, error) {
-	if ga+n < ga {
-		return nil, fmt.Errorf("engine: graphics range %#x+%#x overflows", ga, n)
-	}
-	var xs []gtt.Extent
-	var err error
-	if ar, ok := e.cfg.GTT.(appendResolver); ok && dst != nil {
-		xs, err = ar.AppendResolve(dst, ga, n, write)
-	} else {
-		xs, err = e.cfg.GTT.Resolve(ga, n, write)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("engine: resolving %#x+%#x: %w", ga, n, err)
-	}
-	if got := gtt.TotalLen(xs); got != n {
-		return nil, fmt.Errorf("engine: resolving %#x+%#x gave %d bytes", ga, n, got)
-	}
-	return xs, nil
 }
 
 func (e *Engine) backendErr(err error) error {

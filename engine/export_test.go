@@ -49,3 +49,12 @@ func BenchLaunchGrid(b *testing.B, newB NewBackend) { benchLaunchGrid(b, withBac
 func withBackend(newB NewBackend) harnessOpt {
 	return func(h *harness, c *Config) { c.Backend = newB(h.t, h.pool) }
 }
+
+// RunDeviceAddr is runDeviceAddr on newB's back end with device-local
+// memory (nil: the software back end): what the program left in graphics
+// memory and guest RAM.
+func RunDeviceAddr(t *testing.T, newB NewLocalBackend) []byte { return runDeviceAddr(t, newB) }
+
+// RunDeviceAddrGrid is runDeviceAddrGrid on newB's back end, which must
+// run guest modules.
+func RunDeviceAddrGrid(t *testing.T, newB NewLocalBackend) { runDeviceAddrGrid(t, newB) }

@@ -13,7 +13,8 @@ import (
 // written into the ring (a wrap-around start included) and the doorbell
 // published up to their end. The engine must go idle, never panic, never
 // write a host page that the vGPU's GTT does not map writable (the rest of
-// the pool, the read-only page), and keep serving: a FILL and a FENCE
+// the pool, the read-only page) or that is not its device-local memory
+// (reached by device addresses, ABI 1.3), and keep serving: a FILL and a FENCE
 // submitted afterwards run.
 func FuzzExec(f *testing.F) {
 	for _, c := range allCommands {
@@ -30,7 +31,16 @@ func FuzzExec(f *testing.F) {
 		encode(Fence{Value: 3})))
 	f.Add(uint16(40), encode(LaunchGrid{Handle: 2, Grid: Grid{X: 0, Y: 1 << 20, BlockX: 4096}, Params: ^uint64(0) - 7, Len: 4097}))
 
-	h := newHarness(f, 7, abi.RingMinSize)
+	// Device addresses (ABI 1.3): inside local memory, straddling either
+	// end of it, between 2^32 and it.
+	const b = SoftwareDeviceAddrBase
+	f.Add(uint16(0), cat(encode(Fill{Dst: b + 8, Len: 64, Pattern: 3}), encode(Copy{Dst: tDataGA, Src: b, Len: 4096}),
+		encode(Fence{WriteMem: true, Addr: b + tLocal - 8, Value: 4})))
+	f.Add(uint16(16), cat(encode(Copy{Dst: b + tLocal - 8, Src: tDataGA, Len: 16}), encode(DMA{ToGfx: true, GA: b - 8, Len: 16})))
+	f.Add(uint16(0), cat(encode(KernelLoadModule{Handle: 1, Args: 1, Image: b, Len: 64}),
+		encode(LaunchParams{Handle: 1, Threads: 1, Params: b + tLocal, Len: 8}), encode(Fill{Dst: 1 << 32, Len: 4})))
+
+	h := newHarness(f, 7, abi.RingMinSize, withLocal(nil))
 	// The host pages the vGPU may write: its mapped writable pages.
 	writable := make(map[uint64]bool)
 	for _, pte := range h.gtt.pages {

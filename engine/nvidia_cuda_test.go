@@ -87,6 +87,20 @@ func TestNVIDIALaunchGrid(t *testing.T) {
 	}
 }
 
+// TestNVIDIADeviceAddr: every command on device addresses on the GPU
+// leaves the bytes the software back end leaves, and a module loaded from
+// and launched with parameters at device addresses runs.
+func TestNVIDIADeviceAddr(t *testing.T) {
+	g := testGPU(t)
+	var sw, gpu []byte
+	t.Run("software", func(t *testing.T) { sw = engine.RunDeviceAddr(t, nil) })
+	t.Run("gpu", func(t *testing.T) { gpu = engine.RunDeviceAddr(t, localOn(g, false)) })
+	if sw == nil || gpu == nil || !bytes.Equal(sw, gpu) {
+		t.Fatalf("the GPU and the software back end differ (%d and %d bytes)", len(gpu), len(sw))
+	}
+	t.Run("grid", func(t *testing.T) { engine.RunDeviceAddrGrid(t, localOn(g, true)) })
+}
+
 // BenchmarkNVIDIALaunchGrid: the cost per LAUNCH_GRID of the empty kernel
 // through the engine on the GPU (batches of 1000 and a fence).
 func BenchmarkNVIDIALaunchGrid(b *testing.B) {

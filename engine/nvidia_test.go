@@ -5,6 +5,7 @@ package engine_test
 // needed. nvidia_cuda_test.go runs them on a real GPU.
 
 import (
+	"bytes"
 	"fmt"
 	"testing"
 
@@ -113,4 +114,38 @@ func TestNVIDIAModelLaunchGridFault(t *testing.T) {
 // fetch, checks, parameter buffer, back end) on the CUDA model.
 func BenchmarkNVIDIAModelLaunchGrid(b *testing.B) {
 	engine.BenchLaunchGrid(b, onNVIDIA(nvidia.NewModelGPU(), true))
+}
+
+// localOn makes NVIDIA back ends on g with device-local memory (and guest
+// modules when modules is set).
+func localOn(g *nvidia.GPU, modules bool) engine.NewLocalBackend {
+	return func(t testing.TB, window []byte, local uint64) engine.Backend {
+		b, err := nvidia.NewNVIDIA(nvidia.NVIDIAConfig{GPU: g, Window: window, LocalSize: local, Modules: modules})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := b.Close(); err != nil {
+				t.Errorf("Close: %v", err)
+			}
+		})
+		return b
+	}
+}
+
+// TestDeviceAddrModelMatchesSoftware: every command on device addresses
+// leaves the same bytes on the CUDA model as on the software back end.
+func TestDeviceAddrModelMatchesSoftware(t *testing.T) {
+	var sw, nv []byte
+	t.Run("software", func(t *testing.T) { sw = engine.RunDeviceAddr(t, nil) })
+	t.Run("model", func(t *testing.T) { nv = engine.RunDeviceAddr(t, localOn(nvidia.NewModelGPU(), false)) })
+	if sw == nil || nv == nil || !bytes.Equal(sw, nv) {
+		t.Fatalf("the CUDA model and the software back end differ (%d and %d bytes)", len(nv), len(sw))
+	}
+}
+
+// TestDeviceAddrGridModel: a module loaded from, and launched with a
+// parameter buffer at, device addresses on the CUDA model.
+func TestDeviceAddrGridModel(t *testing.T) {
+	engine.RunDeviceAddrGrid(t, localOn(nvidia.NewModelGPU(), true))
 }

@@ -68,6 +68,7 @@ type Driver struct {
 	localGA    allocator         // graphics addresses above the aperture mapping
 	localMap   map[uint64]uint64 // graphics page -> local page, as mapped
 	localOff   map[uint64]uint64 // AllocLocal's graphics address -> its local offset
+	localDev   map[uint64]bool   // AllocDevice's local offsets (no GTT mapping)
 
 	stream uint8 // the stream commands go on (stream.go)
 

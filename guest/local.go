@@ -15,6 +15,13 @@ import (
 // driver picks graphics addresses above the aperture mapping (from
 // MappedSize up to the end of the GTT's address space) and local pages
 // first fit, and maps one onto the other.
+//
+// With device addresses (ABI 1.3, CAPS bit 6, docs/device-abi.md §1.4)
+// commands take DEVICE_ADDR_BASE + l for local byte l directly, so local
+// memory needs no GTT mapping at all: AllocDevice hands out local byte
+// offsets alone, and allocations are bounded by LOCAL_MEM_SIZE rather than
+// by the GTT's 65536 entries (256 MiB for the aperture and local memory
+// together).
 
 // LocalGTTEntry builds a valid GTT entry naming device-local page page
 // (docs/device-abi.md §3.1, ABI 1.2); writable adds abi.GTTWritable.
@@ -29,7 +36,7 @@ func (d *Driver) LocalMemSize() uint64 { return d.localSize }
 // identifyLocal reads LOCAL_MEM_SIZE on a device that announces it and
 // sets up the local allocators; a device without it has none.
 func (d *Driver) identifyLocal() error {
-	d.localSize, d.localMap, d.localOff = 0, map[uint64]uint64{}, map[uint64]uint64{}
+	d.localSize, d.localMap, d.localOff, d.localDev = 0, map[uint64]uint64{}, map[uint64]uint64{}, map[uint64]bool{}
 	if d.caps&abi.CapLocalMem == 0 {
 		return nil
 	}
@@ -184,3 +191,39 @@ func (d *Driver) remapLocal() error {
 	}
 	return d.CheckErrors()
 }
+
+// DeviceAddrs reports whether the device has device addresses (CAPS bit 6,
+// ABI 1.3): commands then reach local byte l at DEVICE_ADDR_BASE + l.
+func (d *Driver) DeviceAddrs() bool {
+	return d.caps&abi.CapDeviceAddr != 0 && d.localSize > 0
+}
+
+// AllocDevice reserves n bytes (rounded up to whole pages) of device-local
+// memory, first fit, without mapping it in the GTT, and returns its local
+// byte offset: commands reach it at DEVICE_ADDR_BASE + offset (ABI 1.3).
+// It fails with ErrNoGraphicsMemory when too little local memory is free,
+// and needs a device with device addresses (DeviceAddrs).
+func (d *Driver) AllocDevice(n uint64) (uint64, error) {
+	if !d.DeviceAddrs() {
+		return 0, fmt.Errorf("%w: the device has no device addresses", ErrNoGraphicsMemory)
+	}
+	off, err := d.localPages.alloc(n)
+	if err != nil {
+		return 0, err
+	}
+	d.localDev[off] = true
+	return off, nil
+}
+
+// FreeDevice returns the local memory AllocDevice reserved at offset off.
+func (d *Driver) FreeDevice(off uint64) error {
+	if !d.localDev[off] {
+		return fmt.Errorf("guest: freeing local offset %#x, which AllocDevice did not return", off)
+	}
+	delete(d.localDev, off)
+	return d.localPages.release(off)
+}
+
+// DeviceFreeBytes is the device-local memory AllocDevice has left (every
+// free local page: no GTT entries are needed).
+func (d *Driver) DeviceFreeBytes() uint64 { return d.localPages.freeBytes() }

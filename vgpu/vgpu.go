@@ -176,6 +176,9 @@ func build(cfg Config, p *pool.Pool, part pool.Partition, log zerolog.Logger) (*
 		Events:  events{v},
 		Log:     v.log,
 		Streams: cfg.caps()&abi.CapStreams != 0,
+		// Device-local memory sits right after the aperture in the
+		// partition, where the GTT's local pages name it.
+		Local: gtt.Extent{Off: part.ApertureEnd(), Len: part.Local},
 	})
 	v.regs = mmio.New(mmio.Config{
 		MemSize:        cfg.MemSize,

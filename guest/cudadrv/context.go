@@ -74,6 +74,9 @@ func (l *Lib) destroyLocked(c *context) Result {
 			if m, ok := o.(*module); ok {
 				l.unloadLocked(m)
 			}
+			if st, ok := o.(*stream); ok {
+				l.releaseStreamIDLocked(st.id)
+			}
 			delete(l.objs, h)
 		}
 	}

@@ -93,8 +93,9 @@ func (l *Lib) FuncLayout(f Handle) (ptxparam.Layout, Result) {
 	return fn.layout, Success
 }
 
-// LaunchKernel is cuLaunchKernel: one launch written to the ring, rung
-// in a batch (batch.go), not waited for. params is the parameter buffer in
+// LaunchKernel is cuLaunchKernel: one launch written to the ring on the
+// stream s names (its device stream id, stream.go), rung in a batch
+// (batch.go), not waited for. params is the parameter buffer in
 // f's layout. Where the device runs LAUNCH_GRID (CAPS bit 7) the buffer is
 // placed where it lives until the launch ran (params.go) and grid, block
 // and shared go to the device as they are, checked first as the device
@@ -125,7 +126,7 @@ func (l *Lib) LaunchKernel(t Thread, f Handle, grid, block [3]uint32, shared uin
 			copy(b[:], params[p.Offset:p.Offset+p.Size])
 			args = append(args, binary.LittleEndian.Uint64(b[:]))
 		}
-		return l.queueLocked(l.d.Launch(fn.kernel, args...))
+		return l.queueLocked(l.launchOnLocked(l.streamIDLocked(s), fn.kernel, args))
 	}
 	if r := checkGrid(grid, block, shared); r != Success {
 		return r
@@ -134,8 +135,21 @@ func (l *Lib) LaunchKernel(t Thread, f Handle, grid, block [3]uint32, shared uin
 	if r != Success {
 		return r
 	}
-	l.launchBuf = appendLaunchGrid(l.launchBuf[:0], fn.kernel, grid, block, shared, ga, uint32(len(params)))
+	l.launchBuf = appendLaunchGrid(l.launchBuf[:0], l.streamIDLocked(s), fn.kernel, grid, block, shared, ga, uint32(len(params)))
 	return l.queueLocked(l.d.Submit(l.launchBuf))
+}
+
+// launchOnLocked submits LAUNCH on device stream id; the driver's own
+// commands go back to stream 0.
+func (l *Lib) launchOnLocked(id uint8, kernel uint32, args []uint64) error {
+	if err := l.d.SetStream(id); err != nil {
+		return err
+	}
+	err := l.d.Launch(kernel, args...)
+	if serr := l.d.SetStream(0); err == nil {
+		err = serr
+	}
+	return err
 }
 
 // checkGrid refuses what LAUNCH_GRID refuses (abi13 contract, as

@@ -333,10 +333,71 @@ func TestCheckGrid(t *testing.T) {
 			t.Errorf("checkGrid(%v, %v, %d) = %v, want %v", c.grid, c.block, c.shared, got, c.want)
 		}
 	}
-	if !bytes.Equal(appendLaunchGrid(nil, 7, ok, ok, 0, 0x1000, 28)[:8], guest.AppendHeader(nil, abi.OpLaunchGrid, 0, abi.CmdLaunchGridSize)) {
-		t.Fatal("LAUNCH_GRID's header")
+	if !bytes.Equal(appendLaunchGrid(nil, 3, 7, ok, ok, 0, 0x1000, 28)[:8], guest.AppendHeader(nil, abi.OpLaunchGrid, 3<<abi.CmdStreamShift, abi.CmdLaunchGridSize)) {
+		t.Fatal("LAUNCH_GRID's header: want stream 3 in flags bits 8-15")
 	}
-	if n := len(appendLaunchGrid(nil, 7, ok, ok, 0, 0x1000, 28)); n != abi.CmdLaunchGridSize {
+	if n := len(appendLaunchGrid(nil, 0, 7, ok, ok, 0, 0x1000, 28)); n != abi.CmdLaunchGridSize {
 		t.Fatalf("LAUNCH_GRID is %d bytes, want %d", n, abi.CmdLaunchGridSize)
 	}
+}
+
+// TestLaunchOnItsStream: a launch goes on its stream's device stream id
+// (docs/device-abi.md §5.1), so a kernel that faults on a created stream
+// leaves that stream in error, not the default one; the synchronize
+// reports the launch's CUDA_ERROR_LAUNCH_FAILED once, and the stream runs
+// again.
+func TestLaunchOnItsStream(t *testing.T) {
+	l := newGridLib(t, Config{})
+	s, r := l.StreamCreate(thread, 0)
+	must(t, r)
+	const n = 256
+	a := inputs(n, 1)
+	pa := upload(t, l, a)
+	pc, r := l.MemAlloc(thread, 4*n)
+	must(t, r)
+	vecAdd := loadFunction(t, l, "vecAdd")
+	grid, block := [3]uint32{1, 1, 1}, [3]uint32{n, 1, 1}
+	// Pointers outside every allocation: the kernel faults.
+	must(t, l.LaunchKernel(thread, vecAdd, grid, block, 0, s, paramBuf(uint64(8), uint64(8), uint64(8), uint32(n))))
+	id := l.streamIDLocked(s)
+	if got := uint8(binary.LittleEndian.Uint16(l.launchBuf[2:]) >> abi.CmdStreamShift); id == 0 || got != id {
+		t.Fatalf("LAUNCH_GRID on stream id %d, want the stream's id %d (nonzero)", got, id)
+	}
+	// Let the device retire it (a fence, FENCE_DONE polled) without the
+	// library collecting the errors.
+	d := l.Driver()
+	l.mu.Lock()
+	v, r := l.fenceLocked()
+	l.mu.Unlock()
+	must(t, r)
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		done, err := d.FenceDone()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if done >= v {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("fence %d did not retire", v)
+		}
+		time.Sleep(time.Millisecond) // polling a device register
+	}
+	for _, c := range []struct {
+		id   uint8
+		want uint32
+	}{{0, abi.CudaSuccess}, {id, uint32(ErrLaunchFailed)}} {
+		if code, _, err := d.StreamStatus(c.id); err != nil || code != c.want {
+			t.Fatalf("STREAM_ERR[%d] = %d (%v), want %d", c.id, code, err, c.want)
+		}
+	}
+	want(t, "cuCtxSynchronize after a faulting launch", l.CtxSynchronize(thread), ErrLaunchFailed)
+	must(t, l.LaunchKernel(thread, vecAdd, grid, block, 0, s, paramBuf(pa, pa, pc, uint32(n))))
+	must(t, l.CtxSynchronize(thread))
+	sum := make([]float32, n)
+	for i := range sum {
+		sum[i] = a[i] + a[i]
+	}
+	sameBits(t, "the stream's next launch", download(t, l, pc, n), sum)
+	must(t, l.StreamDestroy(s))
 }

@@ -79,7 +79,8 @@ type Lib struct {
 	stage       *staging
 	params      *paramArena
 	batch       batch
-	launchBuf   []byte // LAUNCH_GRID encoding scratch
+	launchBuf   []byte              // LAUNCH_GRID encoding scratch
+	streamUsers [abi.MaxStreams]int // live streams on each device stream id (stream.go)
 	hosts       map[uintptr]hostAlloc
 }
 

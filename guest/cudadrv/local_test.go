@@ -210,3 +210,104 @@ func TestStreamErrorReportedOnce(t *testing.T) {
 		t.Fatalf("after the error was reported, a COPY did not run: %x", got)
 	}
 }
+
+// TestLocalBeyondTheGTT: with device addresses allocations are bounded by
+// LOCAL_MEM_SIZE, not by the GTT (at most 65536 entries, 256 MiB for the
+// aperture and local memory together): 512 MiB of local memory is allocated whole, written and read
+// back at sparse offsets (few bytes touched).
+func TestLocalBeyondTheGTT(t *testing.T) {
+	const big = 512 << 20
+	l := initLocalLib(t, vgpu.Config{LocalMemSize: big}, Config{})
+	d := l.Driver()
+	if gtt := uint64(d.GTTEntries()) * abi.PageSize; gtt >= big {
+		t.Fatalf("the GTT covers %d bytes: the test wants one smaller than local memory", gtt)
+	}
+	free, total, r := l.MemGetInfo(thread)
+	must(t, r)
+	if free != big || total != big {
+		t.Fatalf("cuMemGetInfo = %d free of %d, want %d of %d", free, total, big, big)
+	}
+	// Three allocations, twice what the GTT could map, then
+	// one of all local memory.
+	sizes := []uint64{200 << 20, 200 << 20, big - 400<<20}
+	ptrs := make([]uint64, len(sizes))
+	for i, n := range sizes {
+		ptrs[i], r = l.MemAlloc(thread, n)
+		must(t, r)
+	}
+	if free, _, _ := l.MemGetInfo(thread); free != 0 {
+		t.Fatalf("cuMemGetInfo free %d with all local memory allocated", free)
+	}
+	_, r = l.MemAlloc(thread, abi.PageSize)
+	want(t, "cuMemAlloc with local memory full", r, ErrOutOfMemory)
+	check := func(ptrs, sizes []uint64) {
+		t.Helper()
+		for i, p := range ptrs {
+			n := sizes[i]
+			for k, off := range []uint64{0, n/2 + 3, n - 4096} {
+				src := pattern(4096, byte(i*3+k))
+				must(t, l.MemcpyHtoD(thread, p+off, src))
+			}
+			// The last page again, by COPY from the first allocation, and
+			// a FILL of 1 MiB in the middle.
+			must(t, l.MemcpyDtoD(thread, p+n-4096, ptrs[0], 4096, 0, true))
+			must(t, l.Memset(thread, p+n/4, 0x5a, 1, 1<<20, 0, true))
+			got := make([]byte, 4096)
+			for k, off := range []uint64{0, n/2 + 3} {
+				must(t, l.MemcpyDtoH(thread, got, p+off))
+				if j := firstDiff(got, pattern(4096, byte(i*3+k))); j >= 0 {
+					t.Fatalf("allocation %d, offset %#x: byte %d is %#x", i, off, j, got[j])
+				}
+			}
+			must(t, l.MemcpyDtoH(thread, got, p+n-4096))
+			if j := firstDiff(got, pattern(4096, 0)); j >= 0 {
+				t.Fatalf("allocation %d's last page: byte %d is %#x", i, j, got[j])
+			}
+			must(t, l.MemcpyDtoH(thread, got, p+n/4+1<<20-4096))
+			if !bytes.Equal(got, bytes.Repeat([]byte{0x5a}, 4096)) {
+				t.Fatalf("allocation %d: the memset's last page reads %x...", i, got[:16])
+			}
+		}
+	}
+	check(ptrs, sizes)
+	for _, p := range ptrs {
+		must(t, l.MemFree(thread, p))
+	}
+	all, r := l.MemAlloc(thread, big)
+	must(t, r)
+	check([]uint64{all}, []uint64{big})
+	must(t, l.MemFree(thread, all))
+}
+
+// TestStreamIDs: on a device with streams each created stream gets the
+// least used device stream id, never 0 (the default stream's), and gives
+// it back when destroyed, by itself or with its context.
+func TestStreamIDs(t *testing.T) {
+	l := initLibConfig(t, localConfig(), Config{})
+	ids := map[uint8]Handle{}
+	for range 3 {
+		s, r := l.StreamCreate(thread, 0)
+		must(t, r)
+		ids[l.streamIDLocked(s)] = s
+	}
+	if len(ids) != 3 || ids[0] != 0 {
+		t.Fatalf("stream ids %v: want three distinct nonzero ids", ids)
+	}
+	must(t, l.StreamDestroy(ids[2]))
+	s, r := l.StreamCreate(thread, 0)
+	must(t, r)
+	if id := l.streamIDLocked(s); id != 2 {
+		t.Fatalf("a stream created after id 2's was destroyed got id %d, want 2", id)
+	}
+	c, r := l.CtxCreate(thread, 0, 0)
+	must(t, r)
+	s, r = l.StreamCreate(thread, 0)
+	must(t, r)
+	if id := l.streamIDLocked(s); id != 4 {
+		t.Fatalf("the fourth live stream got id %d, want 4", id)
+	}
+	must(t, l.CtxDestroy(c))
+	if l.streamUsers[4] != 0 {
+		t.Fatalf("id 4 has %d users after its stream's context was destroyed", l.streamUsers[4])
+	}
+}

@@ -10,7 +10,9 @@ import (
 
 // Memory is where device memory comes from. An allocation has a device
 // pointer (what cuMemAlloc hands the program and kernels dereference) and
-// a graphics address (what COPY, FILL and DMA commands take); the Lib
+// an operand address (what COPY, FILL and DMA commands take: a graphics
+// address in the aperture, the device address itself in device-local
+// memory, ABI 1.3); the Lib
 // translates one into the other by the allocation that holds it, so
 // pointer arithmetic inside an allocation works.
 type Memory interface {
@@ -52,33 +54,37 @@ func (m ApertureMemory) Size() uint64 { return m.D.MappedSize() }
 func (m ApertureMemory) CPU() bool { return true }
 
 // LocalMemory is device-local memory (ABI 1.3, CAPS bit 6): allocations of
-// local pages mapped at graphics addresses above the aperture mapping
-// (guest.Driver.AllocLocal), device pointer = DEVICE_ADDR_BASE + local
-// offset, the address kernels launched with LAUNCH_GRID dereference.
+// local bytes (guest.Driver.AllocDevice), not mapped in the GTT; device
+// pointer = DEVICE_ADDR_BASE + local offset, which is also what commands
+// take (docs/device-abi.md §1.4) and the address kernels launched with
+// LAUNCH_GRID dereference. So allocations are bounded by LOCAL_MEM_SIZE
+// alone, not by the GTT's 65536 entries.
 type LocalMemory struct {
 	D *guest.Driver
 	// Base is DEVICE_ADDR_BASE: the device address of local byte 0.
 	Base uint64
 }
 
-// Alloc implements Memory.
+// Alloc implements Memory: the device address is both the pointer and
+// the commands' operand.
 func (m LocalMemory) Alloc(n uint64) (uint64, uint64, error) {
-	ga, err := m.D.AllocLocal(n)
+	off, err := m.D.AllocDevice(n)
 	if err != nil {
 		return 0, 0, err
 	}
-	off, ok := m.D.LocalOffset(ga)
-	if !ok {
-		return 0, 0, fmt.Errorf("cudadrv: local allocation at %#x has no local offset", ga)
-	}
-	return m.Base + off, ga, nil
+	return m.Base + off, m.Base + off, nil
 }
 
 // Free implements Memory.
-func (m LocalMemory) Free(ga uint64) error { return m.D.FreeLocal(ga) }
+func (m LocalMemory) Free(addr uint64) error {
+	if addr < m.Base {
+		return fmt.Errorf("cudadrv: freeing %#x, below DEVICE_ADDR_BASE %#x", addr, m.Base)
+	}
+	return m.D.FreeDevice(addr - m.Base)
+}
 
-// FreeBytes implements Memory.
-func (m LocalMemory) FreeBytes() uint64 { return m.D.LocalFreeBytes() }
+// FreeBytes implements Memory: the free local memory.
+func (m LocalMemory) FreeBytes() uint64 { return m.D.DeviceFreeBytes() }
 
 // Size implements Memory: LOCAL_MEM_SIZE.
 func (m LocalMemory) Size() uint64 { return m.D.LocalMemSize() }
@@ -89,7 +95,7 @@ func (m LocalMemory) CPU() bool { return false }
 // defaultMemory is where allocations come from on d: device-local memory
 // at device addresses where CAPS announces them (bit 6), else the aperture.
 func defaultMemory(d *guest.Driver) (Memory, error) {
-	if d.Caps()&abi.CapDeviceAddr == 0 || d.LocalMemSize() == 0 {
+	if !d.DeviceAddrs() {
 		return ApertureMemory{D: d}, nil
 	}
 	base, err := d.Bus().ReadReg64(abi.RegDeviceAddrBase)

@@ -12,7 +12,12 @@ import (
 )
 
 // Streams and events. Every stream's commands go to the one ring, in
-// order; a stream is bookkeeping that a program's calls name. An event is a
+// order. On a device with streams (docs/device-abi.md §5.1) each stream
+// the program creates gets a device stream id (1..255, the least used
+// one: more than 255 streams share ids, and so share an error state), and
+// its launches carry it, so a faulting kernel stops its own stream's
+// later commands, not the default stream's; copies, memsets and the
+// library's fences stay on stream 0 (the ring's order covers them). An event is a
 // FENCE: recorded, it is the fence's value; it has completed once
 // FENCE_DONE reached that value. Its time is the host clock when the
 // library first saw the fence retired, polling FENCE_DONE (the device
@@ -46,6 +51,7 @@ const (
 type stream struct {
 	ctx   *context
 	flags uint32
+	id    uint8 // device stream id (§5.1); 0 on a device without streams
 }
 
 func (s *stream) owner() *context { return s.ctx }
@@ -153,7 +159,8 @@ func (l *Lib) stampLocked(done uint64) {
 
 // deviceResultLocked maps what a wait reports to a CUresult. On a device
 // with streams (docs/device-abi.md §5.1) that is the code the device gave
-// stream 0, the library's one, which is then cleared: a stream with an
+// stream 0, or else the first of the program's streams' (a launch runs on
+// its own), and every stream's error is then cleared: a stream with an
 // error skips its commands until then, and CUDA reports a call's error
 // once. Elsewhere a page fault is CUDA_ERROR_ILLEGAL_ADDRESS, a kernel
 // error CUDA_ERROR_LAUNCH_FAILED, anything else the device refused
@@ -164,12 +171,24 @@ func (l *Lib) deviceResultLocked(err error) Result {
 	}
 	var de *guest.DeviceError
 	if errors.As(err, &de) && l.d.Streams() {
-		code, _, serr := l.d.StreamStatus(0)
-		if serr == nil && code != abi.CudaSuccess {
-			if cerr := l.d.ClearStreamError(0); cerr != nil {
+		var first uint32
+		for id := range abi.MaxStreams {
+			if id != 0 && l.streamUsers[id] == 0 {
+				continue
+			}
+			code, _, serr := l.d.StreamStatus(uint8(id))
+			if serr != nil || code == abi.CudaSuccess {
+				continue
+			}
+			if cerr := l.d.ClearStreamError(uint8(id)); cerr != nil {
 				return l.fail(ErrUnknown, cerr)
 			}
-			return l.fail(Result(code), err)
+			if first == 0 {
+				first = code
+			}
+		}
+		if first != 0 {
+			return l.fail(Result(first), err)
 		}
 	}
 	switch {
@@ -194,7 +213,39 @@ func (l *Lib) StreamCreate(t Thread, flags uint32) (Handle, Result) {
 	if flags&^streamFlagsSupported != 0 {
 		return 0, ErrInvalidValue
 	}
-	return l.newHandleLocked(&stream{ctx: c, flags: flags}), Success
+	return l.newHandleLocked(&stream{ctx: c, flags: flags, id: l.takeStreamIDLocked()}), Success
+}
+
+// takeStreamIDLocked picks a new stream's device id: the least used of
+// 1..MaxStreams-1, 0 on a device without streams.
+func (l *Lib) takeStreamIDLocked() uint8 {
+	if l.d == nil || !l.d.Streams() {
+		return 0
+	}
+	best := 1
+	for id := 2; id < abi.MaxStreams; id++ {
+		if l.streamUsers[id] < l.streamUsers[best] {
+			best = id
+		}
+	}
+	l.streamUsers[best]++
+	return uint8(best)
+}
+
+// releaseStreamIDLocked gives back a destroyed stream's device id.
+func (l *Lib) releaseStreamIDLocked(id uint8) {
+	if id != 0 {
+		l.streamUsers[id]--
+	}
+}
+
+// streamIDLocked is the device stream id of s (checked by
+// streamOpLocked): 0 for the default stream.
+func (l *Lib) streamIDLocked(s Handle) uint8 {
+	if st, ok := l.objs[s].(*stream); ok {
+		return st.id
+	}
+	return 0
 }
 
 // StreamDestroy is cuStreamDestroy_v2. Work already queued on it still
@@ -205,9 +256,11 @@ func (l *Lib) StreamDestroy(s Handle) Result {
 	if r := l.readyLocked(); r != Success {
 		return r
 	}
-	if _, ok := l.objs[s].(*stream); !ok {
+	st, ok := l.objs[s].(*stream)
+	if !ok {
 		return ErrInvalidHandle
 	}
+	l.releaseStreamIDLocked(st.id)
 	delete(l.objs, s)
 	return Success
 }
