@@ -210,11 +210,14 @@ part_c() {
 		# (48 N bytes): N = SIZE/4800 dirties 1 % of the local memory
 		# between two pauses; 100 iterations 100 ms apart (and the
 		# guest's own work on 48 N bytes each) outlast the migration, so
-		# it lands mid-run. Else the probe.
+		# it lands mid-run; a ballast of 90 % of the local memory,
+		# allocated and filled before the first iteration, makes it a
+		# program holding that much. Else the probe.
 		n=$(($(bytes "$m") / 4800))
+		bal=$(($(bytes "$m") * 9 / 10 >> 20))
 		[ "$n" -gt 0 ] || n=256
 		if grep -qx /usr/bin/cuda-streams guest-programs.txt; then
-			prog=${VM_PROGRAM:-/usr/bin/cuda-streams,100,100,$n}
+			prog=${VM_PROGRAM:-/usr/bin/cuda-streams,100,100,$n,$bal}
 		else
 			prog=${VM_PROGRAM:-/usr/bin/cuda-probe,300,100}
 		fi

@@ -1,7 +1,10 @@
 // streams: four streams at once, each with buffers of its own, ordered
 // against each other by events. Arguments: ITERS (default 10), PACE,
 // milliseconds slept after each iteration (default 0) so a migration can
-// land mid-run, and N, floats per buffer (default 1<<18). Per iteration,
+// land mid-run, N, floats per buffer (default 1<<18), and BALLAST, MiB of
+// device memory allocated and filled (cuMemsetD32, a pattern per GiB) before
+// the first iteration and kept to the end (default 0): a program holding
+// that much while it works, whose migration moves it all. Per iteration,
 // for each stream s (in order): copy x_s, y_s and z_s to the device
 // (cuMemcpyHtoDAsync), record start_s, launch scaleAdd(x_s, y_s, a_s) three
 // times, record mid_s. Then for each stream s: wait for mid_(s+1 mod 4)
@@ -60,12 +63,24 @@ int main(int argc, char **argv) {
 	int iters = argc > 1 ? atoi(argv[1]) : 10;
 	int pace = argc > 2 ? atoi(argv[2]) : 0;
 	int n = argc > 3 ? atoi(argv[3]) : 1 << 18;
-	if (iters <= 0 || n <= 0) {
-		printf("streams: FAIL usage: streams [ITERS [PACE_MS [N]]], ITERS and N > 0\n");
+	long ballast = argc > 4 ? atol(argv[4]) : 0;
+	if (iters <= 0 || n <= 0 || ballast < 0) {
+		printf("streams: FAIL usage: streams [ITERS [PACE_MS [N [BALLAST_MIB]]]], ITERS and N > 0\n");
 		return 2;
 	}
 	size_t bytes = (size_t)n * sizeof(float);
 	CUmodule mod = setup();
+	enum { MAXB = 1024 };
+	CUdeviceptr bal[MAXB];
+	int nbal = 0;
+	for (long left = ballast; left > 0 && nbal < MAXB; nbal++) {
+		size_t mib = left < 1024 ? (size_t)left : 1024;
+		CHECK(cuMemAlloc(&bal[nbal], mib << 20));
+		CHECK(cuMemsetD32(bal[nbal], 0x5a5a0000u + (unsigned)nbal, (mib << 20) / 4));
+		left -= (long)mib;
+	}
+	if (ballast > 0)
+		printf("streams: ballast %ld MiB in %d allocations\n", ballast, nbal);
 	CUfunction fn;
 	CHECK(cuModuleGetFunction(&fn, mod, "scaleAdd"));
 	struct lane l[NS];
@@ -162,6 +177,8 @@ int main(int argc, char **argv) {
 		CHECK(cuEventDestroy(l[s].done));
 		CHECK(cuStreamDestroy(l[s].s));
 	}
+	for (int i = 0; i < nbal; i++)
+		CHECK(cuMemFree(bal[i]));
 	CHECK(cuModuleUnload(mod));
 	printf("streams: digest %016llx\n", (unsigned long long)digest);
 	printf("streams: %s\n", failed ? "FAIL" : "ok");
