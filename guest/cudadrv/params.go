@@ -1,10 +1,8 @@
 package cudadrv
 
 import (
-	"encoding/binary"
 	"fmt"
 
-	"github.com/gmig-dev/gmig/abi"
 	"github.com/gmig-dev/gmig/guest"
 )
 
@@ -74,13 +72,7 @@ func (l *Lib) placeParamsLocked(p []byte) (uint64, Result) {
 }
 
 // appendLaunchGrid appends LAUNCH_GRID (abi.CmdLaunchGrid, §6.10) on
-// stream 0.
+// stream 0: the guest package's encoder, beside the other commands'.
 func appendLaunchGrid(b []byte, kernel uint32, grid, block [3]uint32, shared uint32, params uint64, n uint32) []byte {
-	b = guest.AppendHeader(b, abi.OpLaunchGrid, 0, abi.CmdLaunchGridSize)
-	for _, v := range []uint32{kernel, shared, grid[0], grid[1], grid[2], block[0], block[1], block[2]} {
-		b = binary.LittleEndian.AppendUint32(b, v)
-	}
-	b = binary.LittleEndian.AppendUint64(b, params)
-	b = binary.LittleEndian.AppendUint32(b, n)
-	return binary.LittleEndian.AppendUint32(b, 0)
+	return guest.AppendLaunchGrid(b, kernel, grid, block, shared, params, n)
 }
