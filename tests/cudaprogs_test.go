@@ -162,21 +162,16 @@ func TestCUDAProgramsMigrateOnQEMU(t *testing.T) {
 // gmigd's own marker lines (hostd.ConsoleMarker) are dropped first.
 func programLines(t *testing.T, prog string, paths ...string) []string {
 	t.Helper()
-	var all strings.Builder
+	var logs [][]byte
 	for _, path := range paths {
 		b, err := os.ReadFile(path)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, l := range strings.SplitAfter(string(b), "\n") {
-			if !strings.HasPrefix(l, hostd.ConsoleMarker) {
-				all.WriteString(l)
-			}
-		}
+		logs = append(logs, b)
 	}
 	var out []string
-	for _, l := range strings.Split(all.String(), "\n") {
-		l = strings.TrimRight(l, "\r")
+	for _, l := range cluster.JoinConsoles(logs...) {
 		if rest, ok := strings.CutPrefix(l, "gmig: "); ok && strings.HasPrefix(rest, prog+": ") {
 			out = append(out, rest)
 		}
