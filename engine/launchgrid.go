@@ -61,8 +61,8 @@ const (
 	launchGridMaxYZ = 65535
 )
 
-// gridFail is a LAUNCH_GRID refused before launching: a KERNEL error whose
-// stream code is cuda (§6.10).
+// gridFail is a LAUNCH_GRID or LAUNCH_PARAMS refused before launching: a
+// KERNEL error whose stream code is cuda (§6.9, §6.10).
 func gridFail(cuda uint32, format string, args ...any) result {
 	r := kernelFail(format, args...)
 	r.cuda = cuda

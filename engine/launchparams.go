@@ -17,20 +17,20 @@ func (e *Engine) execLaunchParams(c LaunchParams) result {
 	e.mu.Unlock()
 	switch {
 	case !ok:
-		return kernelFail("launch of unknown handle %d", c.Handle)
+		return gridFail(abi.CudaErrorInvalidHandle, "LAUNCH_PARAMS of unknown handle %d", c.Handle)
 	case kind != abi.KernelModule:
-		return kernelFail("LAUNCH_PARAMS of kernel %d, a built-in kernel of kind %d (LAUNCH runs those)", c.Handle, kind)
+		return gridFail(abi.CudaErrorInvalidHandle, "LAUNCH_PARAMS of kernel %d, a built-in kernel of kind %d (LAUNCH runs those)", c.Handle, kind)
 	case c.Len > abi.LaunchParamsMax:
-		return kernelFail("parameter buffer of %d bytes (at most %d)", c.Len, abi.LaunchParamsMax)
+		return gridFail(abi.CudaErrorInvalidValue, "parameter buffer of %d bytes (at most %d)", c.Len, abi.LaunchParamsMax)
 	case badRange(c.Params, uint64(c.Len)):
-		return kernelFail("parameter buffer range overflows")
+		return gridFail(abi.CudaErrorInvalidValue, "parameter buffer range overflows")
 	}
 	layout := e.paramsLayout(m)
 	if layout.err != nil {
-		return fail(abi.ErrKernel, fmt.Errorf("%w: module %d: %w", ErrBadKernel, c.Handle, layout.err))
+		return gridFail(abi.CudaErrorInvalidValue, "module %d: %w", c.Handle, layout.err)
 	}
 	if layout.size != c.Len {
-		return kernelFail("module %d's parameters take %d bytes, the buffer has %d", c.Handle, layout.size, c.Len)
+		return gridFail(abi.CudaErrorInvalidValue, "module %d's parameters take %d bytes, the buffer has %d", c.Handle, layout.size, c.Len)
 	}
 	params := make([]byte, c.Len)
 	if c.Len > 0 {
