@@ -106,6 +106,13 @@ func TestCUDAProgramsMigrateOnQEMU(t *testing.T) {
 			ref, moved := "ref-"+g.prog, "vm-"+g.prog
 			p.dumpOnFailure(moved)
 			args := g.args(progIters, progPaceMS)
+			// The program's two VMs give the daemons' pools back to the
+			// next program's (two of them do not fit beside two more).
+			defer func() {
+				_ = a.Client.StopVM(moved)
+				_ = b.Client.StopVM(moved)
+				_ = b.Client.StopVM(ref)
+			}()
 			startCUDAVM(t, b, e.progSpec(ref, g.prog, args))
 			startCUDAVM(t, a, e.progSpec(moved, g.prog, args))
 			conA := cluster.Follow(a.Console(moved))
