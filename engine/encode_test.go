@@ -43,20 +43,8 @@ func encode(c Command) []byte {
 	case LaunchParams:
 		return guest.AppendLaunchParams(nil, c.Handle, c.Threads, c.Params, c.Len)
 	case LaunchGrid:
-		return appendLaunchGrid(nil, c)
+		g := c.Grid
+		return guest.AppendLaunchGrid(nil, c.Handle, [3]uint32{g.X, g.Y, g.Z}, [3]uint32{g.BlockX, g.BlockY, g.BlockZ}, g.SharedBytes, c.Params, c.Len)
 	}
 	panic(fmt.Sprintf("engine: encode of %T", c))
-}
-
-// appendLaunchGrid encodes LAUNCH_GRID (abi.CmdLaunchGrid, §6.10) for the
-// tests until the guest driver has its encoder.
-func appendLaunchGrid(b []byte, c LaunchGrid) []byte {
-	b = guest.AppendHeader(b, abi.OpLaunchGrid, 0, abi.CmdLaunchGridSize)
-	g := c.Grid
-	for _, v := range []uint32{c.Handle, g.SharedBytes, g.X, g.Y, g.Z, g.BlockX, g.BlockY, g.BlockZ} {
-		b = le.AppendUint32(b, v)
-	}
-	b = le.AppendUint64(b, c.Params)
-	b = le.AppendUint32(b, c.Len)
-	return le.AppendUint32(b, 0) // pad
 }

@@ -61,8 +61,8 @@ const (
 	launchGridMaxYZ = 65535
 )
 
-// gridFail is a LAUNCH_GRID refused before launching: a KERNEL error whose
-// stream code is cuda (§6.10).
+// gridFail is a LAUNCH_GRID or LAUNCH_PARAMS refused before launching: a
+// KERNEL error whose stream code is cuda (§6.9, §6.10).
 func gridFail(cuda uint32, format string, args ...any) result {
 	r := kernelFail(format, args...)
 	r.cuda = cuda
@@ -73,34 +73,11 @@ func gridFail(cuda uint32, format string, args ...any) result {
 // through the GTT into the engine's own buffer, and hands it to the back
 // end. Nothing here allocates on the path of a launch that succeeds.
 func (e *Engine) execLaunchGrid(c LaunchGrid) result {
-	e.mu.Lock()
-	kind, ok := e.kernels[c.Handle]
-	m := e.modules[c.Handle]
-	layout, cached := e.layouts[c.Handle]
-	e.mu.Unlock()
-	switch {
-	case !ok:
-		return gridFail(abi.CudaErrorInvalidHandle, "LAUNCH_GRID of unknown handle %d", c.Handle)
-	case kind != abi.KernelModule:
-		return gridFail(abi.CudaErrorInvalidHandle, "LAUNCH_GRID of kernel %d, a built-in kernel of kind %d (LAUNCH runs those)", c.Handle, kind)
+	if r, ok := e.checkModuleLaunch("LAUNCH_GRID", c.Handle, c.Params, c.Len); !ok {
+		return r
 	}
 	if err := checkGrid(c.Grid); err != nil {
 		return gridFail(abi.CudaErrorInvalidValue, "LAUNCH_GRID of module %d: %w", c.Handle, err)
-	}
-	switch {
-	case c.Len > abi.LaunchParamsMax:
-		return gridFail(abi.CudaErrorInvalidValue, "parameter buffer of %d bytes (at most %d)", c.Len, abi.LaunchParamsMax)
-	case badRange(c.Params, uint64(c.Len)):
-		return gridFail(abi.CudaErrorInvalidValue, "parameter buffer range overflows")
-	}
-	if !cached {
-		layout = e.cacheLayout(m)
-	}
-	if layout.err != nil {
-		return gridFail(abi.CudaErrorInvalidValue, "module %d: %w", c.Handle, layout.err)
-	}
-	if layout.size != c.Len {
-		return gridFail(abi.CudaErrorInvalidValue, "module %d's parameters take %d bytes, the buffer has %d", c.Handle, layout.size, c.Len)
 	}
 	params := e.params[:c.Len]
 	if c.Len > 0 {
@@ -118,17 +95,38 @@ func (e *Engine) execLaunchGrid(c LaunchGrid) result {
 	return result{}
 }
 
-// paramsLayout returns module m's parameter layout, read from its PTX
-// once per module (modules are immutable) and cached until the module is
-// unloaded, the engine reset or restored.
-func (e *Engine) paramsLayout(m Module) paramLayout {
+// checkModuleLaunch makes the checks LAUNCH_PARAMS and LAUNCH_GRID (op)
+// share (§6.9, §6.10): handle is a guest module (else 400), and its n-byte
+// parameter buffer at ga is within the limit, its range does not overflow
+// and it is as long as the module's PTX parameter layout, read once per
+// module (modules are immutable) and cached (else 1). It returns the
+// refusal and false, or true.
+func (e *Engine) checkModuleLaunch(op string, handle uint32, ga uint64, n uint32) (result, bool) {
 	e.mu.Lock()
-	l, ok := e.layouts[m.Handle]
+	kind, ok := e.kernels[handle]
+	m := e.modules[handle]
+	layout, cached := e.layouts[handle]
 	e.mu.Unlock()
-	if ok {
-		return l
+	switch {
+	case !ok:
+		return gridFail(abi.CudaErrorInvalidHandle, "%s of unknown handle %d", op, handle), false
+	case kind != abi.KernelModule:
+		return gridFail(abi.CudaErrorInvalidHandle, "%s of kernel %d, a built-in kernel of kind %d (LAUNCH runs those)", op, handle, kind), false
+	case n > abi.LaunchParamsMax:
+		return gridFail(abi.CudaErrorInvalidValue, "parameter buffer of %d bytes (at most %d)", n, abi.LaunchParamsMax), false
+	case badRange(ga, uint64(n)):
+		return gridFail(abi.CudaErrorInvalidValue, "parameter buffer range overflows"), false
 	}
-	return e.cacheLayout(m)
+	if !cached {
+		layout = e.cacheLayout(m)
+	}
+	if layout.err != nil {
+		return gridFail(abi.CudaErrorInvalidValue, "module %d: %w", handle, layout.err), false
+	}
+	if layout.size != n {
+		return gridFail(abi.CudaErrorInvalidValue, "module %d's parameters take %d bytes, the buffer has %d", handle, layout.size, n), false
+	}
+	return result{}, true
 }
 
 // cacheLayout reads m's layout and caches it while m is still loaded.

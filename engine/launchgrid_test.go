@@ -248,6 +248,9 @@ func TestLaunchGridLayoutCached(t *testing.T) {
 		!strings.Contains(f[1].Err.Error(), "take 24 bytes") {
 		t.Fatalf("faults %+v, want LAUNCH_PARAMS refused by the software back end and the 28-byte LAUNCH_GRID by scaleAdd's 24-byte layout", f)
 	}
+	if code, _ := h.e.Stream(1); code != abi.CudaErrorLaunchFailed {
+		t.Errorf("LAUNCH_PARAMS the back end cannot run: stream code %d, want %d (§6.9)", code, abi.CudaErrorLaunchFailed)
+	}
 	if l := h.e.layouts[5]; l.size != 24 {
 		t.Errorf("scaleAdd's cached layout %+v, want 24 bytes", l)
 	}

@@ -11,26 +11,8 @@ import (
 // must be exactly as long as the module's PTX says its parameters are (the
 // layout read once per module, as for LAUNCH_GRID).
 func (e *Engine) execLaunchParams(c LaunchParams) result {
-	e.mu.Lock()
-	kind, ok := e.kernels[c.Handle]
-	m := e.modules[c.Handle]
-	e.mu.Unlock()
-	switch {
-	case !ok:
-		return kernelFail("launch of unknown handle %d", c.Handle)
-	case kind != abi.KernelModule:
-		return kernelFail("LAUNCH_PARAMS of kernel %d, a built-in kernel of kind %d (LAUNCH runs those)", c.Handle, kind)
-	case c.Len > abi.LaunchParamsMax:
-		return kernelFail("parameter buffer of %d bytes (at most %d)", c.Len, abi.LaunchParamsMax)
-	case badRange(c.Params, uint64(c.Len)):
-		return kernelFail("parameter buffer range overflows")
-	}
-	layout := e.paramsLayout(m)
-	if layout.err != nil {
-		return fail(abi.ErrKernel, fmt.Errorf("%w: module %d: %w", ErrBadKernel, c.Handle, layout.err))
-	}
-	if layout.size != c.Len {
-		return kernelFail("module %d's parameters take %d bytes, the buffer has %d", c.Handle, layout.size, c.Len)
+	if r, ok := e.checkModuleLaunch("LAUNCH_PARAMS", c.Handle, c.Params, c.Len); !ok {
+		return r
 	}
 	params := make([]byte, c.Len)
 	if c.Len > 0 {

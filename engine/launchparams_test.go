@@ -34,10 +34,12 @@ const paramsPTX = `.version 8.0
 // end byte for byte when its length is the module's PTX parameter layout's
 // (8 + 4, then 12 at offset 16: 28 bytes); a buffer of another length, a
 // built-in kernel, an unknown handle and a buffer over the limit are
-// KERNEL errors that launch nothing; zero threads launch nothing.
+// KERNEL errors that launch nothing, with §6.9's code on their stream
+// (400 for the handle, 1 for the sizes); zero threads launch nothing.
 func TestLaunchParams(t *testing.T) {
 	var launches [][]byte
 	h := newHarness(t, 61, 4096, func(h *harness, c *Config) {
+		c.Streams = true
 		c.Backend = paramsBackend{Backend: c.Backend, launches: &launches}
 	})
 	img := append(append([]byte("k"), 0), paramsPTX...)
@@ -59,16 +61,25 @@ func TestLaunchParams(t *testing.T) {
 	if len(launches) != 1 || launches[0][0] != 7 || !bytes.Equal(launches[0][1:], params) {
 		t.Fatalf("launches %v, want one of 7 threads with the buffer", launches)
 	}
-	for _, c := range []LaunchParams{
-		{Handle: 5, Threads: 1, Params: pga, Len: 24},
-		{Handle: 6, Threads: 1, Params: pga, Len: 28},
-		{Handle: 8, Threads: 1, Params: pga, Len: 28},
-		{Handle: 5, Threads: 1, Params: pga, Len: abi.LaunchParamsMax + 8},
+	for i, tc := range []struct {
+		c    LaunchParams
+		cuda uint32
+	}{
+		{LaunchParams{Handle: 5, Threads: 1, Params: pga, Len: 24}, abi.CudaErrorInvalidValue},
+		{LaunchParams{Handle: 6, Threads: 1, Params: pga, Len: 28}, abi.CudaErrorInvalidHandle},
+		{LaunchParams{Handle: 8, Threads: 1, Params: pga, Len: 28}, abi.CudaErrorInvalidHandle},
+		{LaunchParams{Handle: 5, Threads: 1, Params: pga, Len: abi.LaunchParamsMax + 8}, abi.CudaErrorInvalidValue},
+		{LaunchParams{Handle: 5, Threads: 1, Params: ^uint64(0) - 3, Len: 28}, abi.CudaErrorInvalidValue},
 	} {
-		h.submit(c, Fence{Value: 2})
+		id := uint32(i + 1)
+		h.pushOn(id, tc.c)
+		h.submit(Fence{Value: 2})
 		f := h.ev.takeFaults()
 		if len(f) != 1 || f[0].Code != abi.ErrKernel || !errors.Is(f[0].Err, ErrBadKernel) {
-			t.Errorf("%+v: faults %v, want one KERNEL error", c, f)
+			t.Errorf("%+v: faults %v, want one KERNEL error", tc.c, f)
+		}
+		if code, _ := h.e.Stream(id); code != tc.cuda {
+			t.Errorf("%+v: stream %d has code %d, want %d", tc.c, id, code, tc.cuda)
 		}
 	}
 	if len(launches) != 1 {

@@ -105,7 +105,7 @@ func cudaCode(op uint16, code uint32) uint32 {
 		switch op {
 		case abi.OpKernelLoadModule:
 			return abi.CudaErrorInvalidImage
-		case abi.OpLaunch, abi.OpLaunchGrid:
+		case abi.OpLaunch, abi.OpLaunchParams, abi.OpLaunchGrid:
 			return abi.CudaErrorLaunchFailed
 		}
 		return abi.CudaErrorInvalidHandle

@@ -21,6 +21,7 @@ func TestCudaCodes(t *testing.T) {
 		{abi.OpFill, abi.ErrCommand, abi.CudaErrorInvalidValue},
 		{abi.OpKernelLoadModule, abi.ErrKernel, abi.CudaErrorInvalidImage},
 		{abi.OpLaunch, abi.ErrKernel, abi.CudaErrorLaunchFailed},
+		{abi.OpLaunchParams, abi.ErrKernel, abi.CudaErrorLaunchFailed},
 		{abi.OpLaunchGrid, abi.ErrKernel, abi.CudaErrorLaunchFailed},
 		{abi.OpLaunchGrid, abi.ErrPageFault, abi.CudaErrorIllegalAddress},
 		{abi.OpKernelLoad, abi.ErrKernel, abi.CudaErrorInvalidHandle},

@@ -115,6 +115,20 @@ func AppendLaunchParams(b []byte, handle uint32, threads, params uint64, n uint3
 	return binary.LittleEndian.AppendUint32(b, 0)
 }
 
+// AppendLaunchGrid appends LAUNCH_GRID (§6.10, ABI 1.3) on stream 0: guest
+// module kernel on grid blocks of block threads with shared bytes of
+// dynamic shared memory and the n-byte parameter buffer at graphics
+// address params.
+func AppendLaunchGrid(b []byte, kernel uint32, grid, block [3]uint32, shared uint32, params uint64, n uint32) []byte {
+	b = AppendHeader(b, abi.OpLaunchGrid, 0, abi.CmdLaunchGridSize)
+	for _, v := range []uint32{kernel, shared, grid[0], grid[1], grid[2], block[0], block[1], block[2]} {
+		b = binary.LittleEndian.AppendUint32(b, v)
+	}
+	b = binary.LittleEndian.AppendUint64(b, params)
+	b = binary.LittleEndian.AppendUint32(b, n)
+	return binary.LittleEndian.AppendUint32(b, 0)
+}
+
 // SaxpyArgs are the LAUNCH arguments of a SAXPY kernel (§7.1).
 func SaxpyArgs(n uint64, a float32, x, y uint64) []uint64 {
 	return []uint64{n, uint64(math.Float32bits(a)), x, y}

@@ -243,13 +243,9 @@ part_c() {
 # bench NAME FLAGS...: gmig-bench's real-VM matrix (issue 16) into
 # logs/NAME, its tables printed at the end.
 bench() {
-	local name=$1 g=$WORK/gmigd
+	local name=$1
 	shift
-	# gmig-bench's two daemons share this host's GPU: without the per-GPU
-	# lock, or the second finds the GPU locked by the first and stops.
-	printf '#!/bin/sh\n[ "$1" = serve ] && exec %s "$@" -gpu-lock-dir=\nexec %s "$@"\n' "$DIR/gmigd" "$DIR/gmigd" >"$g"
-	chmod +x "$g"
-	step "$name" 560 ./gmig-bench -inproc=false -qemu -cache "$DIR/cache" -gmigd "$g" "$@" -out "$LOGS/$name"
+	step "$name" 560 ./gmig-bench -inproc=false -qemu -cache "$DIR/cache" -gmigd "$DIR/gmigd" "$@" -out "$LOGS/$name"
 	sed -n '/^Downtime (pause/,$p' "$LOGS/$name.log"
 }
 

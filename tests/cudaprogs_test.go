@@ -1,13 +1,8 @@
 package tests
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -19,6 +14,7 @@ import (
 	"github.com/gmig-dev/gmig/abi"
 	"github.com/gmig-dev/gmig/hostd"
 	"github.com/gmig-dev/gmig/internal/cluster"
+	"github.com/gmig-dev/gmig/vgpu"
 )
 
 // The evidence programs in the guest image (/usr/bin/cuda-PROG, built from
@@ -110,6 +106,13 @@ func TestCUDAProgramsMigrateOnQEMU(t *testing.T) {
 			ref, moved := "ref-"+g.prog, "vm-"+g.prog
 			p.dumpOnFailure(moved)
 			args := g.args(progIters, progPaceMS)
+			// The program's two VMs give the daemons' pools back to the
+			// next program's (two of them do not fit beside two more).
+			defer func() {
+				_ = a.Client.StopVM(moved)
+				_ = b.Client.StopVM(moved)
+				_ = b.Client.StopVM(ref)
+			}()
 			startCUDAVM(t, b, e.progSpec(ref, g.prog, args))
 			startCUDAVM(t, a, e.progSpec(moved, g.prog, args))
 			conA := cluster.Follow(a.Console(moved))
@@ -162,21 +165,16 @@ func TestCUDAProgramsMigrateOnQEMU(t *testing.T) {
 // gmigd's own marker lines (hostd.ConsoleMarker) are dropped first.
 func programLines(t *testing.T, prog string, paths ...string) []string {
 	t.Helper()
-	var all strings.Builder
+	var logs [][]byte
 	for _, path := range paths {
 		b, err := os.ReadFile(path)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, l := range strings.SplitAfter(string(b), "\n") {
-			if !strings.HasPrefix(l, hostd.ConsoleMarker) {
-				all.WriteString(l)
-			}
-		}
+		logs = append(logs, b)
 	}
 	var out []string
-	for _, l := range strings.Split(all.String(), "\n") {
-		l = strings.TrimRight(l, "\r")
+	for _, l := range cluster.JoinConsoles(logs...) {
 		if rest, ok := strings.CutPrefix(l, "gmig: "); ok && strings.HasPrefix(rest, prog+": ") {
 			out = append(out, rest)
 		}
@@ -186,39 +184,12 @@ func programLines(t *testing.T, prog string, paths ...string) []string {
 
 // startCUDAVM starts a VM at daemon d as StartVM does, its vGPU on the
 // CUDA back end with guest modules and progLocalMem of device-local
-// memory: the request's vgpu_backend, vgpu_guest_modules and
-// vgpu_local_mem_size, which hostd.StartVMRequest does not carry yet (its
-// JSON is extended here, so the daemon refuses the request until it does).
+// memory.
 func startCUDAVM(t *testing.T, d *cluster.Daemon, req hostd.StartVMRequest) {
 	t.Helper()
-	b, err := json.Marshal(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var body map[string]any
-	if err := json.Unmarshal(b, &body); err != nil {
-		t.Fatal(err)
-	}
-	body["vgpu_backend"] = "cuda"
-	body["vgpu_guest_modules"] = true
-	body["vgpu_local_mem_size"] = progLocalMem
-	if b, err = json.Marshal(body); err != nil {
-		t.Fatal(err)
-	}
-	sock := filepath.Join(d.RunDir, "gmigd.sock")
-	c := http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-		}}}
-	resp, err := c.Post("http://gmigd/v1/vms", "application/json", bytes.NewReader(b))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	msg, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode/100 != 2 {
-		t.Fatalf("gmigd %s refuses VM %s on a cuda vGPU with guest modules and local memory: %s: %s",
-			d.Name, req.Name, resp.Status, msg)
+	req.Backend, req.GuestModules, req.LocalMemSize = vgpu.BackendCUDA, true, progLocalMem
+	if _, err := d.Client.StartVM(req); err != nil {
+		t.Fatalf("gmigd %s refuses VM %s on a cuda vGPU with guest modules and local memory: %v", d.Name, req.Name, err)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/gmig-dev/gmig/hostd/qemu"
 	"github.com/gmig-dev/gmig/internal/cluster"
 	"github.com/gmig-dev/gmig/internal/cmdline"
+	"github.com/gmig-dev/gmig/vgpu"
 )
 
 // qemuBenchConfig is the real-VM matrix: two gmigd daemons as processes
@@ -133,7 +134,7 @@ func (c *benchConfig) runQEMUCase(ctx context.Context, bc benchCase, n *int, tot
 	pool := strconv.FormatUint((bc.Mem+(64<<20))>>20, 10) + "M"
 	var daemons [2]*cluster.Daemon
 	for i, name := range []string{"a", "b"} {
-		d, err := cluster.Start(ctx, dir, name, cluster.Options{Binary: gmigd, QEMURoot: string(root), Pool: pool, LogLevel: c.log.GetLevel().String()})
+		d, err := cluster.Start(ctx, dir, name, benchDaemonOptions(gmigd, string(root), pool, c.log.GetLevel().String()))
 		if err != nil {
 			return nil, err
 		}
@@ -169,6 +170,14 @@ func (c *benchConfig) runQEMUCase(ctx context.Context, bc benchCase, n *int, tot
 		}
 	}
 	return out, nil
+}
+
+// benchDaemonOptions start the real-VM bench's daemons: its vGPUs are
+// software ones, so on a host with a GPU the two daemons run without one
+// (cluster.BackendFlags) rather than both reaching for its lock.
+func benchDaemonOptions(gmigd, root, pool, logLevel string) cluster.Options {
+	return cluster.Options{Binary: gmigd, QEMURoot: root, Pool: pool, LogLevel: logLevel,
+		Extra: cluster.BackendFlags(vgpu.BackendSoftware)}
 }
 
 // migrateQEMU boots the VM on a, waits for the workload's step

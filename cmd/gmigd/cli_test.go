@@ -194,7 +194,7 @@ func TestFlagsAnywhere(t *testing.T) {
 	}
 	want := []string{
 		"GET /v1/vms",
-		`POST /v1/vms {"name":"vm1","vgpu_mem_size":67108864,"qemu":{"machine":"pc","memory_mb":1024,"cpus":2,"extra":["-drive","file=x"]}}`,
+		`POST /v1/vms {"name":"vm1","vgpu_mem_size":67108864,"vgpu_backend":"software","qemu":{"machine":"pc","memory_mb":1024,"cpus":2,"extra":["-drive","file=x"]}}`,
 		`POST /v1/vgpus {"name":"g","mem_size":8388608,"backend":"software"}`,
 		`POST /v1/vgpus {"name":"g","mem_size":8388608,"backend":"software"}`,
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -150,24 +149,13 @@ func trackingNote(off bool) string {
 
 // programOutput returns the lines a CUDA program printed in a guest and its
 // exit status ("?" when the console ends before it), from the console logs
-// of the hosts the VM ran on, in order: each host's log after gmigd's
-// marker lines, joined, is the guest's serial output (a line the migration
-// cut in two is whole again), and the program's lines are those relayed
-// between "gmig: cuda: running" and "gmig: cuda exit N", without the
-// prefix.
+// of the hosts the VM ran on, in order (joined by cluster.JoinConsoles):
+// the program's lines are those relayed between "gmig: cuda: running" and
+// "gmig: cuda exit N", without the prefix.
 func programOutput(logs ...[]byte) (lines []string, exit string) {
-	var all bytes.Buffer
-	for _, l := range logs {
-		for _, seg := range bytes.SplitAfter(l, []byte("\n")) {
-			if !bytes.HasPrefix(seg, []byte(hostd.ConsoleMarker)) {
-				all.Write(seg)
-			}
-		}
-	}
 	exit = "?"
 	in := false
-	for _, line := range strings.Split(all.String(), "\n") {
-		line = strings.TrimRight(line, "\r")
+	for _, line := range cluster.JoinConsoles(logs...) {
 		switch {
 		case !in:
 			in = strings.HasPrefix(line, programStart)

@@ -20,7 +20,6 @@ import (
 	"github.com/gmig-dev/gmig/internal/cluster"
 	"github.com/gmig-dev/gmig/internal/cmdline"
 	"github.com/gmig-dev/gmig/internal/inproc"
-	"github.com/gmig-dev/gmig/vgpu"
 )
 
 // qemuDemo is `gmigd demo`, the README's main job: two gmigd daemons on
@@ -116,16 +115,8 @@ func (q *qemuDemo) run(ctx context.Context) error {
 		defer os.RemoveAll(dir)
 	}
 	fmt.Printf("gmigd demo: two gmigd daemons and a Linux VM under QEMU on this machine (%s: %s); files in %s\n", accel, why, dir)
-	opts := cluster.Options{Binary: self, QEMURoot: string(root), Pool: q.poolSize(), LogLevel: q.logLevel()}
-	if q.backend == vgpu.BackendCUDA {
-		// Both daemons on the one GPU, each its own process and CUDA
-		// context: no per-GPU lock.
-		opts.Extra = []string{"-gpu-lock-dir="}
-	} else {
-		// No GPU wanted: on a host with one, the second daemon would
-		// otherwise find it locked by the first and stop.
-		opts.Extra = []string{"-gpu", hostd.GPUNone}
-	}
+	opts := cluster.Options{Binary: self, QEMURoot: string(root), Pool: q.poolSize(), LogLevel: q.logLevel(),
+		Extra: cluster.BackendFlags(q.backend)}
 	var daemons [2]*cluster.Daemon
 	for i, name := range []string{"a", "b"} {
 		d, err := cluster.Start(ctx, dir, name, opts)

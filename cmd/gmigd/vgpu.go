@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"text/tabwriter"
@@ -55,15 +56,27 @@ const vgpuCreateUsage = `usage: gmigd vgpu create NAME [flags]
 Makes vGPU NAME in the daemon's pool and serves it on its vfio-user socket;
 prints it as JSON, socket included.`
 
+// vgpuFlags are a new vGPU's back end, guest modules and device-local
+// memory: vgpu create's and vm start's flags.
+type vgpuFlags struct {
+	backend      string
+	guestModules bool
+	localMem     byteSize
+}
+
+func (v *vgpuFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&v.backend, "backend", vgpu.BackendSoftware, "what runs the vGPU's commands: software, or cuda (the NVIDIA GPU gmigd serve -gpu chose; docs/nvidia.md)")
+	fs.BoolVar(&v.guestModules, "guest-modules", false, "cuda: let the guest load its own PTX (see docs/nvidia.md, Isolation)")
+	fs.Var(&v.localMem, "local-mem", "device-local memory beside the graphics memory, reached by commands only (a multiple of 4K; default none; docs/device-abi.md §1.3)")
+}
+
 func vgpuCreate(runDir *string, args []string) error {
 	fs := newFlagSet("vgpu create", vgpuCreateUsage)
 	runDirFlag(fs, runDir)
 	mem := byteSize(vgpu.DefaultMemSize)
 	fs.Var(&mem, "mem", "graphics memory (a power of two, ≥ 1M)")
-	backend := fs.String("backend", "software", "what runs the vGPU's commands: software, or cuda (the NVIDIA GPU gmigd serve -gpu chose; docs/nvidia.md)")
-	modules := fs.Bool("guest-modules", false, "cuda: let the guest load its own PTX (see docs/nvidia.md, Isolation)")
-	var local byteSize
-	fs.Var(&local, "local-mem", "device-local memory beside the graphics memory, reached by commands only (a multiple of 4K; default none; docs/device-abi.md §1.3)")
+	var vf vgpuFlags
+	vf.register(fs)
 	pos, err := parseN(fs, args, "NAME")
 	if err != nil {
 		return err
@@ -71,7 +84,7 @@ func vgpuCreate(runDir *string, args []string) error {
 	if mem == 0 {
 		return badUsage(fs, "-mem 0: want a size (e.g. 64M)")
 	}
-	info, err := client(*runDir).Create(hostd.CreateRequest{Name: pos[0], MemSize: uint64(mem), Backend: *backend, GuestModules: *modules, LocalMemSize: uint64(local)})
+	info, err := client(*runDir).Create(hostd.CreateRequest{Name: pos[0], MemSize: uint64(mem), Backend: vf.backend, GuestModules: vf.guestModules, LocalMemSize: uint64(vf.localMem)})
 	if err != nil {
 		return err
 	}

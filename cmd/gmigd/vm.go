@@ -157,6 +157,8 @@ func vmStart(runDir *string, args []string) error {
 	var req hostd.StartVMRequest
 	vgpuMem := byteSize(vgpu.DefaultMemSize)
 	fs.Var(&vgpuMem, "vgpu-mem", "the vGPU's graphics memory (a power of two, ≥ 1M)")
+	var vf vgpuFlags
+	vf.register(fs)
 	ram := byteSize(512 << 20)
 	fs.Var(&ram, "mem", "guest RAM (a shared memfd; whole MiB)")
 	fs.IntVar(&req.QEMU.CPUs, "cpus", 1, "vCPUs")
@@ -181,6 +183,7 @@ func vmStart(runDir *string, args []string) error {
 	}
 	req.Name = pos[0]
 	req.MemSize = uint64(vgpuMem)
+	req.Backend, req.GuestModules, req.LocalMemSize = vf.backend, vf.guestModules, uint64(vf.localMem)
 	req.QEMU.MemoryMB = int(uint64(ram) >> 20)
 	req.QEMU.Extra = extra
 	info, err := client(*runDir).StartVM(req)

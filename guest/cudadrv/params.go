@@ -74,13 +74,11 @@ func (l *Lib) placeParamsLocked(p []byte) (uint64, Result) {
 }
 
 // appendLaunchGrid appends LAUNCH_GRID (abi.CmdLaunchGrid, §6.10) on
-// device stream id (§5.1: header flags bits 8-15).
+// device stream id (§5.1: header flags bits 8-15), with the guest
+// package's encoder (beside the other commands').
 func appendLaunchGrid(b []byte, id uint8, kernel uint32, grid, block [3]uint32, shared uint32, params uint64, n uint32) []byte {
-	b = guest.AppendHeader(b, abi.OpLaunchGrid, uint16(id)<<abi.CmdStreamShift, abi.CmdLaunchGridSize)
-	for _, v := range []uint32{kernel, shared, grid[0], grid[1], grid[2], block[0], block[1], block[2]} {
-		b = binary.LittleEndian.AppendUint32(b, v)
-	}
-	b = binary.LittleEndian.AppendUint64(b, params)
-	b = binary.LittleEndian.AppendUint32(b, n)
-	return binary.LittleEndian.AppendUint32(b, 0)
+	start := len(b)
+	b = guest.AppendLaunchGrid(b, kernel, grid, block, shared, params, n)
+	binary.LittleEndian.PutUint16(b[start+2:], uint16(id)<<abi.CmdStreamShift) // the header's flags
+	return b
 }
