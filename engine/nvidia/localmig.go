@@ -3,6 +3,7 @@ package nvidia
 import (
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/gmig-dev/gmig/internal/cuda"
 )
@@ -259,7 +260,16 @@ func (t *LocalTracker) Close() error {
 	return first
 }
 
-// LoadLocal copies the listed local pages of mem (local memory's host
+// loadStages holds LoadLocal's host staging buffers (stageBytes each),
+// reused from call to call: the pre-copy calls it every 64 MiB of
+// received pages, and a fresh buffer's first touch costs a page fault per
+// 4 KiB.
+var loadStages = sync.Pool{New: func() any {
+	b := make([]byte, stageBytes)
+	return &b
+}}
+
+// LoadLocal copies the listed local pages (distinct) of mem (local memory's host
 // image: page p at byte p*4096, a migration's receive buffer) to
 // device-local memory and waits. Per staging chunk the CPU gathers them
 // into one buffer, one copy brings it across PCIe into the device scratch,
@@ -280,10 +290,12 @@ func (b *NVIDIA) LoadLocal(pages []int, mem []byte) error {
 	if len(pages) == 0 {
 		return nil
 	}
-	if err := b.ensureScratch(stageBytes); err != nil {
+	if err := b.ensureScratch(uint64(min(len(pages), stagePages)) * pageBytes); err != nil {
 		return fmt.Errorf("nvidia: loading device-local memory: %w", err)
 	}
-	stage := make([]byte, min(len(pages), stagePages)*pageBytes)
+	sp := loadStages.Get().(*[]byte)
+	defer loadStages.Put(sp)
+	stage := *sp
 	base := b.DeviceAddrBase()
 	for done := 0; done < len(pages); {
 		k := min(len(pages)-done, stagePages)
