@@ -24,10 +24,12 @@ import (
 // so that tests can flush often).
 var flushPages int64 = 16 << 10
 
-// localLoader copies bytes into a back end's device-local memory
-// (nvidia.NVIDIA.LoadLocal).
+// localLoader copies the listed pages of local memory's host image
+// (page p at byte p*4096) to a back end's device-local memory
+// (nvidia.NVIDIA.LoadLocal: gathered into a staging buffer, one PCIe
+// copy and one scatter launch per 64 MiB, not a copy per run).
 type localLoader interface {
-	LoadLocal(off uint64, src []byte) error
+	LoadLocal(pages []int, mem []byte) error
 }
 
 // localSink is a Receive's device-local pages on their way to the GPU;
@@ -40,6 +42,7 @@ type localSink struct {
 	arrived []atomic.Uint64
 	count   atomic.Int64 // bits set in arrived
 	loaded  int          // pages copied to the GPU, for the log
+	list    []int        // flush's pages, kept for the next flush
 }
 
 // newLocalSink returns the sink of v, or nil when its local memory needs
@@ -76,39 +79,23 @@ func (k *localSink) claim(next func(uint32) bool) func(uint32) bool {
 func (k *localSink) due() bool { return k != nil && k.count.Load() >= flushPages }
 
 // flush copies every noted page from the receive buffer to the GPU, in
-// runs of consecutive pages, and forgets them. The pages must be stored
-// (the readers waited for) and no reader may store meanwhile.
+// one call for the back end to batch, and forgets them. The pages must be
+// stored (the readers waited for) and no reader may store meanwhile.
 func (k *localSink) flush() error {
 	if k == nil || k.count.Load() == 0 {
 		return nil
 	}
-	start, run := -1, 0
-	emit := func() error {
-		if run == 0 {
-			return nil
-		}
-		off := uint64(start) * dirty.PageSize
-		if err := k.load.LoadLocal(off, k.mem[off:off+uint64(run)*dirty.PageSize]); err != nil {
-			return fmt.Errorf("precopy: copying received device-local pages to the GPU: %w", err)
-		}
-		k.loaded += run
-		start, run = -1, 0
-		return nil
-	}
+	k.list = k.list[:0]
 	for w := range k.arrived {
 		word := k.arrived[w].Swap(0)
 		k.count.Add(-int64(bits.OnesCount64(word)))
 		for ; word != 0; word &= word - 1 {
-			q := w*64 + bits.TrailingZeros64(word)
-			if run > 0 && q == start+run {
-				run++
-				continue
-			}
-			if err := emit(); err != nil {
-				return err
-			}
-			start, run = q, 1
+			k.list = append(k.list, w*64+bits.TrailingZeros64(word))
 		}
 	}
-	return emit()
+	if err := k.load.LoadLocal(k.list, k.mem); err != nil {
+		return fmt.Errorf("precopy: copying %d received device-local pages to the GPU: %w", len(k.list), err)
+	}
+	k.loaded += len(k.list)
+	return nil
 }

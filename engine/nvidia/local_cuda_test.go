@@ -37,12 +37,15 @@ func TestLocalPlacementGPU(t *testing.T) { checkLocalPlacement(t, testGPU(t), mm
 
 func TestLocalTrackerGPU(t *testing.T) { checkLocalTracker(t, testGPU(t), mmapWin(t)) }
 
+func TestLocalScatteredGPU(t *testing.T) { checkLocalScattered(t, testGPU(t), mmapWin(t)) }
+
 // TestLocalTrackerTimes measures a migration's work on local memory of the
 // sizes GMIG_LOCAL_TIMES lists in GiB (GMIG_LOCAL_TIMES=1,4,16 on the
 // H100; unset, the test skips): the pre-copy's snapshot of every page (device copy, hash,
 // PCIe copy), then, with 1 % of the pages written behind the engine's
 // back, the stop's Changed (hash in place, compare on the GPU) and Read of
-// the changed pages. It checks that Changed finds exactly those pages.
+// the changed pages, and a destination's LoadLocal of them. It checks that
+// Changed finds exactly those pages.
 func TestLocalTrackerTimes(t *testing.T) {
 	var sizes []uint64
 	for _, f := range strings.Split(os.Getenv("GMIG_LOCAL_TIMES"), ",") {
@@ -103,6 +106,17 @@ func TestLocalTrackerTimes(t *testing.T) {
 			gib, len(ch), snap.Round(time.Millisecond), float64(local)/snap.Seconds()/1e9,
 			changed.Round(10*time.Microsecond), float64(local)/changed.Seconds()/1e9,
 			read.Round(10*time.Microsecond), float64(len(out))/read.Seconds()/1e9)
+		img := mmapWin(t)(int(local)) // a destination's receive buffer: the changed pages arrived
+		for i, p := range ch {
+			copy(img[p*pageBytes:(p+1)*pageBytes], out[i*pageBytes:])
+		}
+		start = time.Now()
+		if err := b.LoadLocal(ch, img); err != nil {
+			t.Fatal(err)
+		}
+		load := time.Since(start)
+		t.Logf("local: %d GiB, destination load of the %d changed pages %v (%.1f GB/s)",
+			gib, len(ch), load.Round(10*time.Microsecond), float64(len(out))/load.Seconds()/1e9)
 		if err := tr.Close(); err != nil {
 			t.Fatal(err)
 		}

@@ -173,3 +173,74 @@ func checkLocalTracker(t *testing.T, g *GPU, newWin func(int) []byte) {
 		t.Fatalf("Changed after a snapshot of 10 pages: %d pages from %v, %v; want the %d others", len(ch), ch[:min(1, len(ch))], err, pages-10)
 	}
 }
+
+// checkLocalScattered: many scattered local pages (more than a staging
+// chunk's worth, in runs of one page and longer) arrive exactly both ways:
+// the tracker's Read gathers them in order, and LoadLocal on a fresh back
+// end writes exactly them; bad input is refused and writes nothing.
+func checkLocalScattered(t *testing.T, g *GPU, newWin func(int) []byte) {
+	pages := stagePages + 4096
+	local := uint64(pages) * pageBytes
+	b := newLocalBackend(t, g, newWin(testWindow), local)
+	want := randBytes(7, int(local))
+	if err := b.Write(localExtent(0, local), want); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(7, 2))
+	var list []int
+	single, long, run := false, false, 0
+	for p := range pages {
+		if p == 0 || p == pages-1 || rng.IntN(100) < 85 {
+			list = append(list, p)
+			run++
+			continue
+		}
+		single, long, run = single || run == 1, long || run > 1, 0
+	}
+	if len(list) <= stagePages || !single || !long {
+		t.Fatalf("%d pages listed (want more than %d), runs of one %v, longer %v", len(list), stagePages, single, long)
+	}
+	tr, err := b.NewLocalTracker()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	got := make([]byte, len(list)*pageBytes)
+	if err := tr.Read(list, got); err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range list {
+		if !bytes.Equal(got[i*pageBytes:(i+1)*pageBytes], want[p*pageBytes:(p+1)*pageBytes]) {
+			t.Fatalf("Read: listed page %d (position %d) differs", p, i)
+		}
+	}
+
+	b2 := newLocalBackend(t, g, newWin(testWindow), local)
+	if err := b2.LoadLocal([]int{3, pages}, want); err == nil {
+		t.Error("LoadLocal of a page past local memory succeeded")
+	}
+	if err := b2.LoadLocal(list[:1], want[:local-pageBytes]); err == nil {
+		t.Error("LoadLocal from a host image shorter than local memory succeeded")
+	}
+	all := make([]byte, local)
+	if err := b2.Read(all, localExtent(0, local)); err != nil || !bytes.Equal(all, make([]byte, local)) {
+		t.Fatalf("refused LoadLocal calls wrote local memory (%v)", err)
+	}
+	if err := b2.LoadLocal(list, want); err != nil {
+		t.Fatal(err)
+	}
+	exp := make([]byte, local)
+	for _, p := range list {
+		copy(exp[p*pageBytes:(p+1)*pageBytes], want[p*pageBytes:])
+	}
+	if err := b2.Read(all, localExtent(0, local)); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(all, exp) {
+		for p := range pages {
+			if !bytes.Equal(all[p*pageBytes:(p+1)*pageBytes], exp[p*pageBytes:(p+1)*pageBytes]) {
+				t.Fatalf("LoadLocal: page %d differs (listed: %v)", p, slices.Contains(list, p))
+			}
+		}
+	}
+}

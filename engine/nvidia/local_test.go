@@ -11,3 +11,7 @@ func TestLocalPlacementModel(t *testing.T) {
 func TestLocalTrackerModel(t *testing.T) {
 	checkLocalTracker(t, NewModelGPU(), func(n int) []byte { return make([]byte, n) })
 }
+
+func TestLocalScatteredModel(t *testing.T) {
+	checkLocalScattered(t, NewModelGPU(), func(n int) []byte { return make([]byte, n) })
+}

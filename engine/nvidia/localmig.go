@@ -3,6 +3,7 @@ package nvidia
 import (
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/gmig-dev/gmig/internal/cuda"
 )
@@ -40,6 +41,7 @@ type LocalTracker struct {
 
 	stream   cuda.Stream
 	stage    cuda.DevPtr // stageBytes of device staging
+	host     []byte      // stageBytes of pinned host staging: staging's PCIe copies run at DMA speed
 	table    []nvPiece   // pinned, device-mapped piece table
 	tableRaw []byte
 	tableDev cuda.DevPtr
@@ -72,6 +74,9 @@ func (t *LocalTracker) alloc() error {
 		return err
 	}
 	if t.stage, err = d.Alloc(stageBytes); err != nil {
+		return err
+	}
+	if t.host, _, err = d.AllocHostMapped(stageBytes); err != nil {
 		return err
 	}
 	if t.tableRaw, t.tableDev, err = d.AllocHostMapped(tablePieces * 24); err != nil {
@@ -153,7 +158,10 @@ func (t *LocalTracker) Changed() ([]int, error) {
 }
 
 // Read copies the listed local pages, in order, into buf (4096 bytes
-// each): gathered on the device into staging, then across PCIe.
+// each): per staging chunk, one gmig_copy_pieces launch gathers them on
+// the device into staging (runs of consecutive pages as one piece), one
+// copy brings the chunk across PCIe into pinned host staging, and the CPU
+// copies it into buf.
 func (t *LocalTracker) Read(pages []int, buf []byte) error {
 	if len(buf) < len(pages)*pageBytes {
 		return fmt.Errorf("nvidia: %d local pages into %d bytes", len(pages), len(buf))
@@ -207,12 +215,20 @@ func (t *LocalTracker) hash(base, n, out uint64) error {
 	return t.b.dev.Sync(t.stream)
 }
 
-// fetch copies the start of staging into dst and waits.
+// fetch copies the start of staging into dst (at most stageBytes)
+// through pinned host staging and waits: a copy into pageable memory (a
+// Go slice) runs through the driver's small bounce buffers, far below
+// PCIe speed.
 func (t *LocalTracker) fetch(dst []byte) error {
-	if err := t.b.dev.CopyDtoH(dst, t.stage, t.stream); err != nil {
+	h := t.host[:len(dst)]
+	if err := t.b.dev.CopyDtoH(h, t.stage, t.stream); err != nil {
 		return err
 	}
-	return t.b.dev.Sync(t.stream)
+	if err := t.b.dev.Sync(t.stream); err != nil {
+		return err
+	}
+	copy(dst, h)
+	return nil
 }
 
 // Close frees the tracker's buffers and stream.
@@ -224,7 +240,7 @@ func (t *LocalTracker) Close() error {
 			first = err
 		}
 	}
-	for _, b := range []*[]byte{&t.tableRaw, &t.listRaw} {
+	for _, b := range []*[]byte{&t.host, &t.tableRaw, &t.listRaw} {
 		if *b != nil {
 			keep(d.FreeHost(*b))
 			*b = nil
@@ -244,19 +260,57 @@ func (t *LocalTracker) Close() error {
 	return first
 }
 
-// LoadLocal copies src into device-local memory at byte off (a
-// migration's received local pages) and waits. Call it with the engine
-// quiesced (a destination's is).
-func (b *NVIDIA) LoadLocal(off uint64, src []byte) error {
-	if b.local == nil || off > b.cfg.LocalSize || uint64(len(src)) > b.cfg.LocalSize-off {
-		return fmt.Errorf("nvidia: loading %d bytes at %#x into %d of device-local memory", len(src), off, b.cfg.LocalSize)
+// loadStages holds LoadLocal's host staging buffers (stageBytes each),
+// reused from call to call: the pre-copy calls it every 64 MiB of
+// received pages, and a fresh buffer's first touch costs a page fault per
+// 4 KiB.
+var loadStages = sync.Pool{New: func() any {
+	b := make([]byte, stageBytes)
+	return &b
+}}
+
+// LoadLocal copies the listed local pages (distinct) of mem (local memory's host
+// image: page p at byte p*4096, a migration's receive buffer) to
+// device-local memory and waits. Per staging chunk the CPU gathers them
+// into one buffer, one copy brings it across PCIe into the device scratch,
+// and one gmig_copy_pieces launch scatters it (runs of consecutive pages
+// as one piece): a copy per run would cost a driver call and a PCIe
+// round trip per scattered page. Call it with the engine quiesced (a
+// destination's is).
+func (b *NVIDIA) LoadLocal(pages []int, mem []byte) error {
+	n := b.cfg.LocalSize / pageBytes
+	if b.local == nil || uint64(len(mem)) < b.cfg.LocalSize {
+		return fmt.Errorf("nvidia: loading local pages from %d bytes into %d of device-local memory", len(mem), b.cfg.LocalSize)
 	}
-	base := b.DeviceAddrBase() + off
-	for o := 0; o < len(src); o += stageBytes {
-		end := min(len(src), o+stageBytes)
-		if err := b.dev.CopyHtoD(cuda.DevPtr(base+uint64(o)), src[o:end], b.stream); err != nil {
-			return fmt.Errorf("nvidia: loading device-local memory: %w", err)
+	for _, p := range pages {
+		if p < 0 || uint64(p) >= n {
+			return fmt.Errorf("nvidia: loading local page %d out of range [0, %d)", p, n)
 		}
 	}
-	return b.dev.Sync(b.stream)
+	if len(pages) == 0 {
+		return nil
+	}
+	if err := b.ensureScratch(uint64(min(len(pages), stagePages)) * pageBytes); err != nil {
+		return fmt.Errorf("nvidia: loading device-local memory: %w", err)
+	}
+	sp := loadStages.Get().(*[]byte)
+	defer loadStages.Put(sp)
+	stage := *sp
+	base := b.DeviceAddrBase()
+	for done := 0; done < len(pages); {
+		k := min(len(pages)-done, stagePages)
+		var ps []nvPiece
+		for i, p := range pages[done : done+k] {
+			copy(stage[i*pageBytes:(i+1)*pageBytes], mem[p*pageBytes:])
+			ps = appendPiece(ps, uint64(b.scratch)+uint64(i)*pageBytes, base+uint64(p)*pageBytes, pageBytes)
+		}
+		if err := b.dev.CopyHtoD(b.scratch, stage[:k*pageBytes], b.stream); err != nil {
+			return fmt.Errorf("nvidia: loading device-local memory: %w", err)
+		}
+		if err := b.runPieces(b.g.fn.copyPieces, ps, false); err != nil {
+			return fmt.Errorf("nvidia: scattering device-local pages: %w", err)
+		}
+		done += k
+	}
+	return nil
 }
