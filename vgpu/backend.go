@@ -56,6 +56,7 @@ func (v *VGPU) newBackend(mem []byte, part pool.Partition) (engine.Backend, erro
 		WindowOff: part.Offset,
 		LocalSize: part.Local, // on the GPU alone: the pool's local range stays untouched
 		Modules:   v.cfg.GuestModules,
+		Landed:    v.landed,
 		Log:       v.log,
 	})
 	if err != nil {
@@ -94,4 +95,14 @@ func (v *VGPU) placeLocal(addr uint64) error {
 		return fmt.Errorf("vgpu %s: %w", v.cfg.Name, err)
 	}
 	return nil
+}
+
+// landed reports a range of the window the NVIDIA back end just wrote
+// back (an offset into the aperture) to the write observer, as the engine
+// reports a command's writes: on that back end the bytes arrive after the
+// command completed (nvidia.NVIDIAConfig.Landed).
+func (v *VGPU) landed(off, n uint64) {
+	if f := v.wroteHook.Load(); f != nil {
+		(*f)(off, n)
+	}
 }

@@ -52,7 +52,17 @@ type NVIDIAConfig struct {
 	// Guest code runs in gmigd's CUDA context: see docs/nvidia.md,
 	// "Isolation", before turning it on.
 	Modules bool
-	Log     zerolog.Logger
+	// Landed, when set, is told each window range a write-back just
+	// stored (offsets into Window), after the bytes are there. The engine
+	// reports a command's writes when the command completes, but on this
+	// back end its outputs reach the window later (at a fence, a drained
+	// ring, a quiesce): a migration that read a page between the two has
+	// the old bytes, and a write log of the guest's mapping never sees
+	// gmigd's own store. Reporting the store again as it lands keeps the
+	// dirty tracking exact (vgpu wires it to the same observer as the
+	// engine's writes).
+	Landed func(off, n uint64)
+	Log    zerolog.Logger
 }
 
 // NVIDIAStats counts the back end's traffic, for measuring the cost of the
@@ -498,6 +508,7 @@ func (b *NVIDIA) writeBackAll() error {
 	if err := b.runPieces(b.g.fn.copyPieces, ps, false); err != nil {
 		return err
 	}
+	b.landed(ps)
 	b.pend.reset()
 	return nil
 }
@@ -525,5 +536,20 @@ func (b *NVIDIA) writeBackSpans(spans []span) error {
 	if len(ps) == 0 {
 		return nil
 	}
-	return b.runPieces(b.g.fn.copyPieces, ps, false)
+	if err := b.runPieces(b.g.fn.copyPieces, ps, false); err != nil {
+		return err
+	}
+	b.landed(ps)
+	return nil
+}
+
+// landed reports write-back pieces (device to window) to Landed.
+func (b *NVIDIA) landed(ps []nvPiece) {
+	if b.cfg.Landed == nil {
+		return
+	}
+	host := uint64(b.host)
+	for _, p := range ps {
+		b.cfg.Landed(p.dst-host, p.len)
+	}
 }
