@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	mrand "math/rand/v2"
 	"net"
 	"sync"
 	"syscall"
@@ -35,14 +34,8 @@ import (
 // gmigd.
 func BenchmarkStopEfficiency(b *testing.B) {
 	const mem = 256 << 20
-	pa, pb := migtest.NewPool(b, mem+(1<<20)), migtest.NewPool(b, mem+(1<<20))
-	src := migtest.NewVGPU(b, pa, "src", mem)
-	rng := mrand.New(mrand.NewPCG(1, 2))
+	src, dst := migtest.RandomPair(b, mem)
 	m := src.Memory()
-	for i := 0; i < len(m); i += 8 {
-		m[i] = byte(rng.Uint32())
-	}
-	dst := migtest.NewVGPU(b, pb, "dst", mem)
 	chunk := make([]byte, 1<<20)
 	copy(chunk, m)
 	for _, n := range []int{1, 2, 4, 8} {

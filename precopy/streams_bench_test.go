@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"math/big"
-	mrand "math/rand/v2"
 	"net"
 	"testing"
 	"time"
@@ -25,14 +24,7 @@ import (
 // process (the whole of the vGPU's downtime but the VMM's terms).
 func BenchmarkStopStreams(b *testing.B) {
 	const mem = 256 << 20
-	pa, pb := migtest.NewPool(b, mem+(1<<20)), migtest.NewPool(b, mem+(1<<20))
-	src := migtest.NewVGPU(b, pa, "src", mem)
-	rng := mrand.New(mrand.NewPCG(1, 2))
-	m := src.Memory()
-	for i := 0; i < len(m); i += 8 {
-		m[i] = byte(rng.Uint32())
-	}
-	dst := migtest.NewVGPU(b, pb, "dst", mem)
+	src, dst := migtest.RandomPair(b, mem)
 	cert := selfSigned(b)
 	for _, tr := range []struct {
 		name string

@@ -3,6 +3,7 @@ package migtest
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"net"
 	"path/filepath"
 	"sync"
@@ -147,4 +148,20 @@ func (s *Served) Close() {
 		s.l.Close()
 		s.dev.Close()
 	})
+}
+
+// RandomPair returns a source vGPU of mem bytes whose every page holds
+// random bytes (each page differs, so a scan hashes and a stop phase sends
+// all of them) and an empty destination of the same size, each in a pool
+// of its own: the stop-phase benchmarks' pair.
+func RandomPair(t testing.TB, mem uint64) (src, dst *vgpu.VGPU) {
+	t.Helper()
+	pa, pb := NewPool(t, mem+(1<<20)), NewPool(t, mem+(1<<20))
+	src = NewVGPU(t, pa, "src", mem)
+	rng := rand.New(rand.NewPCG(1, 2))
+	m := src.Memory()
+	for i := 0; i < len(m); i += 8 {
+		m[i] = byte(rng.Uint32())
+	}
+	return src, NewVGPU(t, pb, "dst", mem)
 }
