@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -93,19 +92,7 @@ func testLocalMigrates(t *testing.T, k int) {
 	vm, ga := localGuest(ctx, t, src)
 	d := vm.Driver()
 
-	a, b := migtest.TCPPair(t)
-	extra, next := streamPairs(t, k)
-	recv := receive(ctx, b, dst.V, Options{NextStream: next, Log: migtest.Log})
-	s, err := NewSource(src.V, a, Options{Strategy: OneShot, Workers: 2, SerialStop: true, Log: migtest.Log})
-	must(t, err)
-	defer s.Close()
-	conns := make([]io.ReadWriter, len(extra))
-	for i, c := range extra {
-		conns[i] = c
-	}
-	if k > 1 {
-		must(t, s.AddStreams(conns...))
-	}
+	s, recv, _ := startOnStreams(ctx, t, src.V, dst.V, k, Options{Strategy: OneShot, Workers: 2, SerialStop: true, Log: migtest.Log})
 	if s.Pages() != localGfx/stream.PageSize+localBytes/stream.PageSize {
 		t.Errorf("Pages = %d, want graphics and local pages", s.Pages())
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/gmig-dev/gmig/abi"
 	"github.com/gmig-dev/gmig/internal/migtest"
 	"github.com/gmig-dev/gmig/precopy/stream"
+	"github.com/gmig-dev/gmig/vgpu"
 )
 
 // streamsMem is the vGPU of the stop-phase-on-many-streams tests: 4 MiB,
@@ -100,21 +101,7 @@ func testStopOnStreams(t *testing.T, k int, strat Strategy, serial bool) {
 	src.FillMemory(2)
 	dst := migtest.NewVGPU(t, pb, "dst", streamsMem)
 
-	a, b := migtest.TCPPair(t)
-	extra, next := streamPairs(t, k)
-	recv := receive(ctx, b, dst, Options{NextStream: next, Log: migtest.Log})
-	s, err := NewSource(src.V, a, Options{Strategy: strat, Workers: PipelineMinWorkers, SerialStop: serial, Log: migtest.Log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	conns := make([]io.ReadWriter, len(extra))
-	for i, c := range extra {
-		conns[i] = c
-	}
-	if err := s.AddStreams(conns...); err != nil {
-		t.Fatal(err)
-	}
+	s, recv, extra := startOnStreams(ctx, t, src.V, dst, k, Options{Strategy: strat, Workers: PipelineMinWorkers, SerialStop: serial, Log: migtest.Log})
 	if err := s.Precopy(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -302,4 +289,29 @@ func TestStreamsRefused(t *testing.T) {
 			t.Logf("destination: %v; source: %v", r.err, serr)
 		})
 	}
+}
+
+// startOnStreams starts a migration of src to dst over k loopback TCP
+// streams (k-1 extra ones added to the source): the source (closed with
+// the test), the destination's result and the extra streams' counters.
+func startOnStreams(ctx context.Context, t testing.TB, src, dst *vgpu.VGPU, k int, opts Options) (*Source, <-chan received, []*countConn) {
+	t.Helper()
+	a, b := migtest.TCPPair(t)
+	extra, next := streamPairs(t, k)
+	recv := receive(ctx, b, dst, Options{NextStream: next, Log: migtest.Log})
+	s, err := NewSource(src, a, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	conns := make([]io.ReadWriter, len(extra))
+	for i, c := range extra {
+		conns[i] = c
+	}
+	if len(conns) > 0 {
+		if err := s.AddStreams(conns...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s, recv, extra
 }
