@@ -333,8 +333,11 @@ type VM struct {
 	qmp    *qmp.SocketMonitor
 	events *events
 	stderr *lastLines // nil when adopted
-	done   chan struct{}
-	err    error
+	// console is QEMU's stderr on its way to the console log (nil when
+	// adopted or without a console).
+	console *prefixedLines
+	done    chan struct{}
+	err     error
 }
 
 // Start launches the VM and connects QMP.
@@ -383,6 +386,9 @@ func Start(ctx context.Context, c Config) (*VM, error) {
 	vm.pid = cmd.Process.Pid
 	go func() {
 		vm.err = cmd.Wait()
+		if vm.console != nil {
+			vm.console.flush()
+		}
 		close(vm.done)
 	}()
 	if err := vm.connectQMP(ctx, filepath.Join(c.RunDir, "qmp.sock")); err != nil {

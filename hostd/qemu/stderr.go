@@ -79,13 +79,78 @@ func (l *lastLines) Lines() []string {
 	return out[max(0, len(out)-keptStderrLines):]
 }
 
+// StderrPrefix begins each line of QEMU's stderr in the console log. The
+// guest's serial console goes to the same file straight from QEMU, so a
+// line of QEMU's can land while the guest is half-way through one of its
+// own: each of QEMU's lines is written whole, in one write, behind this
+// prefix, and a reader that wants the guest's output alone cuts from the
+// prefix to the end of that line (cluster.JoinConsoles does).
+const StderrPrefix = "--- qemu: "
+
+// maxConsoleLine bounds a line of QEMU's stderr held back for its end: a
+// longer one goes to the console in parts, each a line of its own.
+const maxConsoleLine = 64 << 10
+
+// prefixedLines writes each line written to it to w whole, in one write,
+// behind StderrPrefix. Errors writing w are dropped: the console is a
+// record, and QEMU's stderr must keep flowing to the kept tail.
+type prefixedLines struct {
+	mu      sync.Mutex
+	w       io.Writer
+	partial []byte
+}
+
+func (p *prefixedLines) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := len(b)
+	for len(b) > 0 {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			take := min(len(b), maxConsoleLine-len(p.partial))
+			p.partial = append(p.partial, b[:take]...)
+			b = b[take:]
+			if len(p.partial) == maxConsoleLine {
+				p.emit()
+			}
+			continue
+		}
+		p.partial = append(p.partial, b[:i]...)
+		p.emit()
+		b = b[i+1:]
+	}
+	return n, nil
+}
+
+// flush writes a last line QEMU left without its newline.
+func (p *prefixedLines) flush() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.partial) > 0 {
+		p.emit()
+	}
+}
+
+func (p *prefixedLines) emit() {
+	line := make([]byte, 0, len(StderrPrefix)+len(p.partial)+1)
+	line = append(append(append(line, StderrPrefix...), p.partial...), '\n')
+	_, _ = p.w.Write(line)
+	p.partial = p.partial[:0]
+}
+
+// ConsoleStderr returns a writer that puts what QEMU writes to its stderr
+// into the console log w as gmigd does: each line whole, in one write,
+// behind StderrPrefix (a last line without its newline stays held).
+func ConsoleStderr(w io.Writer) io.Writer { return &prefixedLines{w: w} }
+
 // stderrTo returns the writer QEMU's stderr goes to: serial (the console
-// file, nil for none) and the kept tail.
+// file, nil for none), each line behind StderrPrefix, and the kept tail.
 func (vm *VM) stderrTo(serial io.Writer) io.Writer {
 	if serial == nil {
 		return vm.stderr
 	}
-	return io.MultiWriter(serial, vm.stderr)
+	vm.console = &prefixedLines{w: serial}
+	return io.MultiWriter(vm.console, vm.stderr)
 }
 
 // LastOutput returns the last lines QEMU wrote to its stderr (none for an

@@ -57,6 +57,7 @@ func TestStartSaysWhyQEMUExited(t *testing.T) {
 	root := fakeRoot(t, `echo "guest console line"
 i=0; while [ $i -lt 25 ]; do echo "qemu-system-x86_64: warning $i" >&2; i=$((i+1)); done
 echo "qemu-system-x86_64: could not load PC BIOS 'bios-256k.bin'" >&2
+printf "qemu-system-x86_64: no newline" >&2
 exit 1
 `)
 	dir := t.TempDir()
@@ -70,18 +71,24 @@ exit 1
 	if !errors.Is(err, ErrExitedEarly) {
 		t.Fatalf("Start: %v, want ErrExitedEarly", err)
 	}
-	for _, want := range []string{"exit status 1", "could not load PC BIOS 'bios-256k.bin'", "warning 24", "warning 6"} {
+	for _, want := range []string{"exit status 1", "could not load PC BIOS 'bios-256k.bin'", "warning 24", "warning 7", "no newline"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q lacks %q", err, want)
 		}
 	}
-	for _, not := range []string{"warning 5 ", "guest console line"} {
+	for _, not := range []string{"warning 6 ", "guest console line"} {
 		if strings.Contains(err.Error()+" ", not) {
 			t.Errorf("error %q quotes %q", err, not)
 		}
 	}
 	b, _ := os.ReadFile(console.Name())
-	if c := string(b); !strings.Contains(c, "guest console line") || !strings.Contains(c, "could not load PC BIOS") {
-		t.Errorf("console %q lacks QEMU's stdout or stderr", c)
+	c := string(b)
+	if !strings.Contains(c, "guest console line\n") {
+		t.Errorf("console %q lacks QEMU's stdout", c)
+	}
+	for _, want := range []string{"could not load PC BIOS 'bios-256k.bin'", "warning 0", "no newline"} {
+		if !strings.Contains(c, StderrPrefix+"qemu-system-x86_64: "+want+"\n") {
+			t.Errorf("console %q lacks QEMU's stderr line %q as a line of its own behind %q", c, want, StderrPrefix)
+		}
 	}
 }
