@@ -61,13 +61,7 @@ func hostResident(t *testing.T, v *vgpu.VGPU) int {
 //
 // It runs with the stop phase on one stream and on three, and with the
 // destination copying arrived local pages to its GPU every 8 pages (so
-// during the pre-copy too, and pages sent twice are copied twice). The
-// destination gives the host pages back once they are on its GPU: after
-// the migration none of its local range is resident (without that it
-// held all 64 received pages), yet its GPU holds the source's bytes,
-// the five pages re-sent at the stop (discarded after the pre-copy's
-// flush, received again) included, and the guest running there does not
-// bring them back.
+// during the pre-copy too, and pages sent twice are copied twice).
 func TestGPULocalMemoryMigrates(t *testing.T) {
 	save := flushPages
 	flushPages = 8
@@ -99,6 +93,12 @@ func testGPULocalMigrates(t *testing.T, k int) {
 	must(t, err)
 	r := <-recv
 	must(t, r.err)
+	// The destination gave the host pages back once they were on its
+	// GPU: none of its local range is resident (without that it held all
+	// 64 received pages), yet its GPU holds the source's bytes (below),
+	// the five pages re-sent at the stop (discarded after the pre-copy's
+	// flush, received again) included; the guest running there does not
+	// bring them back (at the end).
 	held := hostResident(t, dst.V)
 	if held != 0 {
 		t.Errorf("the destination's host local range holds %d resident pages after the migration, want 0 (all %d are on its GPU)", held, localBytes/pg)
