@@ -20,10 +20,12 @@ import (
 // flushPages have gathered (the VM still runs at the source), and what is
 // left — the stop phase's pages — before the vGPU is restored, so the
 // downtime carries only those. Once on the GPU their host pages go back to
-// the kernel (vgpu.DiscardLocal): the buffer holds at most a flush's worth
-// of pages, not the whole received image. A page sent again (the stop
-// phase re-sends those that changed) lands in a fresh zero page and is
-// copied and given back again.
+// the kernel (vgpu.DiscardLocal; the stop phase's after the verdict, out
+// of the downtime): the buffer holds about a flush's worth of pages during
+// the pre-copy and the stop phase's pages at the stop, never the whole
+// received image for good. A page sent again (the stop phase re-sends
+// those that changed) lands in a fresh zero page and is copied and given
+// back again.
 
 // flushPages is how many arrived local pages the pre-copy gathers before
 // copying them to the GPU: 64 MiB, a few milliseconds of PCIe (a variable
