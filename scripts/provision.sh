@@ -7,8 +7,9 @@
 #                          host would upgrade its glibc, so QEMU runs in a chroot)
 #   .cache/guest/vmlinuz   the Debian kernel the guest boots (linux-image-amd64
 #                          installed in the same root)
-#   libvirt in ROOT        libvirtd and virsh (trixie's libvirt 11.3, whose QEMU
-#                          driver runs the QEMU 11.1 above), for the libvirt end-to-end
+#   libvirt in ROOT        libvirtd and virsh (trixie-backports' libvirt, 12.9 as
+#                          of 2026-11-28; trixie's 11.3 before), whose QEMU
+#                          driver runs the QEMU 11.1 above, for the libvirt end-to-end
 #                          test; a step of its own, so an existing root gets it
 #
 # Re-running is cheap: each step checks its own stamp. Prints what it does and
@@ -63,8 +64,9 @@ install_qemu() {
 }
 
 # libvirtd (Debian ships no separate virtqemud), its QEMU driver and virsh;
-# -t trixie-backports takes a backported libvirt once there is one, trixie's
-# 11.3 until then. The libvirt end-to-end test runs them in a private mount
+# -t trixie-backports takes the backported libvirt (12.9 since late
+# November 2026, which gives QEMU its monitor as a monitor-qmp object over
+# a passed descriptor; trixie's 11.3 used -mon over a socket path). The libvirt end-to-end test runs them in a private mount
 # namespace with its own configuration (tests/libvirt_test.go).
 install_libvirt() {
 	mount_root

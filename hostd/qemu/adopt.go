@@ -89,7 +89,7 @@ func AdoptedSpec(argv []string, deviceID string) (Spec, error) {
 				continue
 			}
 		case "object":
-			if takesValue && isLibvirtMasterKey(args[i+1]) {
+			if takesValue && (isLibvirtMasterKey(args[i+1]) || monitorObjectChardev(args[i+1]) != "") {
 				i++
 				continue
 			}
@@ -141,20 +141,52 @@ func isLibvirtMasterKey(v string) bool {
 	return strings.HasPrefix(v, "secret,") && optionID(v) == libvirtMasterKey
 }
 
-// monitorChardevs returns the ids of the chardevs that -mon options use:
-// the VM's monitors, each host's own.
+// monitorChardevs returns the ids of the chardevs the VM's monitors use,
+// each host's own: those of -mon options (libvirt 11.3) and of
+// monitor-qmp objects (libvirt 12.9 gives its monitor as
+// `-object {"qom-type":"monitor-qmp","id":"monitor","chardev":"charmonitor"}`
+// over a chardev on a descriptor it passes, `fd=N`).
 func monitorChardevs(args []string) map[string]bool {
 	ids := map[string]bool{}
 	for i := 0; i+1 < len(args); i++ {
-		if strings.TrimLeft(args[i], "-") == "mon" {
+		switch strings.TrimLeft(args[i], "-") {
+		case "mon":
 			for _, kv := range strings.Split(args[i+1], ",") {
 				if c, ok := strings.CutPrefix(kv, "chardev="); ok {
 					ids[c] = true
 				}
 			}
+		case "object":
+			if c := monitorObjectChardev(args[i+1]); c != "" {
+				ids[c] = true
+			}
 		}
 	}
 	return ids
+}
+
+// monitorObjectChardev returns the chardev of an -object value that is a
+// QMP monitor (qom-type monitor-qmp, JSON or key=value form), or "".
+func monitorObjectChardev(v string) string {
+	if strings.HasPrefix(strings.TrimSpace(v), "{") {
+		var o struct {
+			Type    string `json:"qom-type"`
+			Chardev string `json:"chardev"`
+		}
+		if json.Unmarshal([]byte(v), &o) != nil || o.Type != "monitor-qmp" {
+			return ""
+		}
+		return o.Chardev
+	}
+	if !strings.HasPrefix(v, "monitor-qmp,") {
+		return ""
+	}
+	for _, kv := range strings.Split(v, ",") {
+		if c, ok := strings.CutPrefix(kv, "chardev="); ok {
+			return c
+		}
+	}
+	return ""
 }
 
 // optionID returns the id= of a key=value option value.
