@@ -363,10 +363,15 @@ func migrateBackAndForth(t *testing.T, e env, machine, irq string, steps, fps in
 var reExitedOnItsOwn = regexp.MustCompile(`"vm":"vm".*"message":"the VM's QEMU ended on its own`)
 
 // TestMigrateQEMUFailures: the destination gmigd killed while QEMU
-// pre-copies RAM, and the destination's QEMU killed between the stop
-// phase and its resume: each time the migration rolls back and the VM runs
+// pre-copies RAM, and the destination's QEMU killed in the stop phase,
+// before its resume: each time the migration rolls back and the VM runs
 // on at the source, the destination keeps nothing; then a migration to a
 // fresh destination succeeds and the guest's checks and digest pass.
+// The second kill strikes from a fault proxy before the stop phase's first
+// bytes reach the destination (faultProxy.onNextSend, armed while QEMU
+// pre-copies): a kill sent when the switchover's progress report reached
+// the test raced the destination's cont and lost on a loaded CI machine
+// (the migration committed, then the kill came).
 func TestMigrateQEMUFailures(t *testing.T) {
 	e := needEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*e2eTimeout())
@@ -380,19 +385,25 @@ func TestMigrateQEMUFailures(t *testing.T) {
 	at := waitStep(ctx, t, conA, 20)
 
 	faults := []struct {
-		name  string
-		phase string // the progress phase at which the fault strikes
-		kill  func(b *cluster.Daemon)
+		name   string
+		phase  string // the progress phase at which the fault strikes, or is armed
+		atStop bool   // armed at phase, it strikes before the stop phase's first bytes reach the destination
+		kill   func(b *cluster.Daemon)
 	}{
-		{"destination gmigd killed during QEMU's pre-copy", orchestrator.PhaseVMMLive, func(b *cluster.Daemon) { b.Kill() }},
-		{"destination QEMU killed before cont", orchestrator.PhaseSwitchover, func(b *cluster.Daemon) { killQEMU(t, b) }},
+		{"destination gmigd killed during QEMU's pre-copy", orchestrator.PhaseVMMLive, false, func(b *cluster.Daemon) { b.Kill() }},
+		{"destination QEMU killed in the stop phase, before cont", orchestrator.PhaseVMMLive, true, func(b *cluster.Daemon) { killQEMU(t, b) }},
 	}
 	for _, f := range faults {
 		b := p.d[1]
+		to, strike := b.Addr, func() { f.kill(b) }
+		if f.atStop {
+			px := newFaultProxy(t, b.Addr)
+			to, strike = px.Addr(), func() { px.onNextSend(func() { f.kill(b) }) }
+		}
 		var once sync.Once
-		_, err := a.Client.Migrate(ctx, "vm", hostd.MigrateRequest{To: b.Addr}, func(pr orchestrator.Progress) {
+		_, err := a.Client.Migrate(ctx, "vm", hostd.MigrateRequest{To: to}, func(pr orchestrator.Progress) {
 			if pr.Phase == f.phase {
-				once.Do(func() { f.kill(b) })
+				once.Do(strike)
 			}
 		})
 		if err == nil || !strings.Contains(err.Error(), "runs on at the source") {
