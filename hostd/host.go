@@ -292,7 +292,7 @@ func (s *served) info() Info {
 		LocalMemSize: c.LocalMemSize, PoolOffset: s.v.Partition().Offset, Stats: s.v.Stats(),
 	}
 	if g := s.v.GPU(); g != nil {
-		info.GPU = g.GPU().Info().UUID
+		info.GPU = g.Info().UUID
 	}
 	return info
 }

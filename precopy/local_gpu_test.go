@@ -75,9 +75,9 @@ func testGPULocalMigrates(t *testing.T, k int) {
 	must(t, d.Wait(ctx, d.Fence(0)))
 	kernel := []byte("written by a guest kernel, unseen by the engine")
 	g := src.V.GPU()
-	g.GPU().ModelWrite(g.DeviceAddrBase()+30*pg+123, kernel)        // local page 30 (the guest allocated 0-31)
-	g.GPU().ModelWrite(g.DeviceAddrBase()+localBytes-8, kernel[:8]) // local page 63
-	g.GPU().ModelWrite(g.DeviceAddrBase()+3*pg, make([]byte, 0))    // nothing
+	must(t, g.ModelWrite(g.DeviceAddrBase()+30*pg+123, kernel))        // local page 30 (the guest allocated 0-31)
+	must(t, g.ModelWrite(g.DeviceAddrBase()+localBytes-8, kernel[:8])) // local page 63
+	must(t, g.ModelWrite(g.DeviceAddrBase()+3*pg, make([]byte, 0)))    // nothing
 	rep, err := s.Stop(ctx)
 	must(t, err)
 	r := <-recv
@@ -130,7 +130,7 @@ func TestGPULocalMemoryStopCopy(t *testing.T) {
 	src, dst := cudaLocalPair(t)
 	localGuest(ctx, t, src)
 	g := src.V.GPU()
-	g.GPU().ModelWrite(g.DeviceAddrBase()+50*stream.PageSize, []byte("kernel"))
+	must(t, g.ModelWrite(g.DeviceAddrBase()+50*stream.PageSize, []byte("kernel")))
 	a, b := migtest.TCPPair(t)
 	recv := receive(ctx, b, dst.V, Options{Log: migtest.Log})
 	s, err := NewSource(src.V, a, Options{Strategy: StopCopy, Workers: 2, SerialStop: true, Log: migtest.Log})

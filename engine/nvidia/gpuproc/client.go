@@ -1,0 +1,479 @@
+package gpuproc
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"os"
+	"os/exec"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gmig-dev/gmig/engine"
+	"github.com/gmig-dev/gmig/engine/nvidia"
+	"github.com/gmig-dev/gmig/gtt"
+	"github.com/gmig-dev/gmig/internal/cuda"
+)
+
+// Config starts a GPU worker for one vGPU.
+type Config struct {
+	Name string // the vGPU's, for logs
+	GPU  int    // CUDA ordinal (nvidia.OpenGPU)
+	// Memfd is the partition's memfd (its aperture at offset 0), handed
+	// to the worker, which maps it; Window is gmigd's own mapping of it
+	// (the page hasher reads it here).
+	Memfd     *os.File
+	Window    []byte
+	WindowOff uint64 // extent offset of the window's byte 0 (the pool offset)
+	LocalSize uint64 // device-local bytes, on the GPU alone
+	Modules   bool   // guest modules
+	// Landed is nvidia.NVIDIAConfig.Landed: called on the goroutine that
+	// made the call during which the write-back stored, before the call
+	// returns.
+	Landed func(off, n uint64)
+	Log    zerolog.Logger
+}
+
+// Client is a vGPU's back end in a GPU worker process: nvidia.VGPUBackend
+// over the protocol (wire.go). Engine calls go over one connection, in
+// order; LaunchGrid is posted (no round trip; a failure answers the next
+// call); side calls (Stats, ModelWrite, the local tracker) go over a
+// second connection so that they run beside the engine's, as on the
+// in-process back end. Safe for concurrent use.
+type Client struct {
+	cfg  Config
+	log  zerolog.Logger
+	cmd  *exec.Cmd
+	eng  *conn
+	side *conn
+
+	info      cuda.DeviceInfo
+	base      atomic.Uint64 // DeviceAddrBase: set by open and PlaceLocal
+	mirror    atomic.Uint64
+	handles   map[uint32]bool // loaded guest modules (engine goroutine)
+	lost      atomic.Pointer[lostError]
+	ctxFailed sync.Once // the one log line of a sticky context error
+
+	closing atomic.Bool
+	exited  chan struct{} // closed when the worker has been waited for
+	exitErr error         // its exit, once exited is closed
+}
+
+var _ nvidia.VGPUBackend = (*Client)(nil)
+
+// conn is one connection's client end: one call at a time.
+type conn struct {
+	mu   sync.Mutex
+	c    net.Conn
+	fr   frameReader
+	wbuf []byte
+}
+
+// Start starts a GPU worker for cfg's vGPU (a re-exec of this executable,
+// WorkerEnv) and opens its back end: the GPU, the window, the device
+// mirror and device-local memory, in the worker's own CUDA context.
+func Start(cfg Config) (*Client, error) {
+	engC, engW, err := socketPair()
+	if err != nil {
+		return nil, err
+	}
+	sideC, sideW, err := socketPair()
+	if err != nil {
+		engC.Close()
+		engW.Close()
+		return nil, err
+	}
+	cmd := &exec.Cmd{
+		Path:       "/proc/self/exe", // this very executable, even if replaced on disk since
+		Args:       []string{"gmig-gpu-worker", cfg.Name},
+		Env:        append(os.Environ(), WorkerEnv+"="+cfg.Name),
+		ExtraFiles: []*os.File{engW, sideW, cfg.Memfd},
+		Stdout:     os.Stderr,
+		Stderr:     os.Stderr,
+	}
+	err = cmd.Start()
+	engW.Close()
+	sideW.Close()
+	if err != nil {
+		engC.Close()
+		sideC.Close()
+		return nil, fmt.Errorf("gpuproc: starting the GPU worker of vGPU %s: %w", cfg.Name, err)
+	}
+	c := &Client{cfg: cfg, cmd: cmd, handles: map[uint32]bool{}, exited: make(chan struct{})}
+	c.log = cfg.Log.With().Int("gpu_worker_pid", cmd.Process.Pid).Logger()
+	c.eng, c.side = newConn(engC), newConn(sideC)
+	go c.supervise()
+	if err := c.open(); err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("gpuproc: opening vGPU %s's back end in its GPU worker: %w", cfg.Name, err)
+	}
+	c.log.Info().Str("vgpu", cfg.Name).Msg("gpuproc: GPU worker started")
+	return c, nil
+}
+
+func socketPair() (mine net.Conn, theirs *os.File, err error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("gpuproc: socketpair: %w", err)
+	}
+	f := os.NewFile(uintptr(fds[0]), "gpu-worker")
+	defer f.Close()
+	mine, err = net.FileConn(f)
+	if err != nil {
+		syscall.Close(fds[1])
+		return nil, nil, fmt.Errorf("gpuproc: socketpair: %w", err)
+	}
+	return mine, os.NewFile(uintptr(fds[1]), "gpu-worker"), nil
+}
+
+func newConn(c net.Conn) *conn { return &conn{c: c, fr: frameReader{r: c}} }
+
+// supervise waits for the worker's exit. An exit nobody asked for (a
+// crash, a kill) ends the vGPU's back end: one log line names the vGPU and
+// the cause, and every later call fails with ErrWorkerLost.
+func (c *Client) supervise() {
+	err := c.cmd.Wait()
+	if err == nil {
+		err = errors.New("exited")
+	}
+	c.exitErr = err
+	c.markLost(fmt.Errorf("the worker (pid %d) %w", c.cmd.Process.Pid, err))
+	close(c.exited)
+	if !c.closing.Load() {
+		c.log.Error().Str("vgpu", c.cfg.Name).Str("cause", c.cmd.ProcessState.String()).
+			Msg("gpuproc: the vGPU's GPU worker ended: its commands fail from now on (719 on their streams); gmigd and other vGPUs run on")
+	}
+	c.eng.c.Close()
+	c.side.c.Close()
+}
+
+func (c *Client) markLost(cause error) {
+	c.lost.CompareAndSwap(nil, &lostError{cause: cause})
+}
+
+// Pid is the worker's process id.
+func (c *Client) Pid() int { return c.cmd.Process.Pid }
+
+// call sends a request on cn and waits for its reply, delivering the
+// landed ranges that arrive before it.
+func (c *Client) call(cn *conn, op Op, req *Msg) (Msg, error) {
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	if l := c.lost.Load(); l != nil {
+		return Msg{}, l
+	}
+	cn.wbuf = appendFrame(cn.wbuf[:0], KindCall, op, req)
+	if _, err := cn.c.Write(cn.wbuf); err != nil {
+		return Msg{}, c.broken(op, err)
+	}
+	for {
+		h, m, err := cn.fr.next()
+		if err != nil {
+			return Msg{}, c.broken(op, err)
+		}
+		switch {
+		case h.Kind == KindLanded:
+			if c.cfg.Landed != nil {
+				c.cfg.Landed(m.X, m.Y)
+			}
+			continue
+		case h.Op != op:
+			return Msg{}, c.broken(op, fmt.Errorf("%w: a %s %s answering %s", ErrMalformed, kindName(h.Kind), h.Op, op))
+		case h.Kind == KindReply:
+			return m, nil
+		case h.Kind == KindError:
+			err := remoteErrorOf(m)
+			if code := engine.StickyCode(err); code != 0 {
+				c.ctxFailed.Do(func() {
+					c.log.Error().Str("vgpu", c.cfg.Name).Uint32("cuda", code).Err(err).
+						Msg("gpuproc: the vGPU's GPU context failed (sticky): its commands fail from now on; other vGPUs run on")
+				})
+			}
+			return Msg{}, err
+		}
+		return Msg{}, c.broken(op, fmt.Errorf("%w: a %s frame from the worker", ErrMalformed, kindName(h.Kind)))
+	}
+}
+
+// post sends a request that has no reply.
+func (c *Client) post(op Op, req *Msg) error {
+	cn := c.eng
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	if l := c.lost.Load(); l != nil {
+		return l
+	}
+	cn.wbuf = appendFrame(cn.wbuf[:0], KindPost, op, req)
+	if _, err := cn.c.Write(cn.wbuf); err != nil {
+		return c.broken(op, err)
+	}
+	return nil
+}
+
+// broken gives the worker up after a connection failed during op.
+func (c *Client) broken(op Op, err error) error {
+	c.markLost(fmt.Errorf("%s: %w", op, err))
+	return c.lost.Load()
+}
+
+func (c *Client) open() error {
+	var flags uint32
+	if c.cfg.Modules {
+		flags |= openModules
+	}
+	rep, err := c.call(c.eng, OpOpen, &Msg{A: uint32(c.cfg.GPU), B: flags, X: c.cfg.WindowOff, Y: c.cfg.LocalSize, Str: c.cfg.Name})
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(rep.Data, &c.info); err != nil {
+		return fmt.Errorf("gpuproc: the worker's GPU description: %w", err)
+	}
+	c.base.Store(rep.X)
+	c.mirror.Store(rep.Y)
+	return nil
+}
+
+// Close ends the worker: its back end closes (device memory freed), the
+// process exits and is waited for (killed if it does not exit in time).
+func (c *Client) Close() error {
+	if !c.closing.CompareAndSwap(false, true) {
+		<-c.exited
+		return nil
+	}
+	var errs []error
+	if c.lost.Load() == nil {
+		if _, err := c.call(c.eng, OpClose, &Msg{}); err != nil && !errors.Is(err, ErrWorkerLost) {
+			errs = append(errs, err)
+		}
+	}
+	c.eng.c.Close() // the worker exits when its engine connection closes
+	c.side.c.Close()
+	select {
+	case <-c.exited:
+	case <-time.After(closeWait):
+		c.log.Warn().Str("vgpu", c.cfg.Name).Msg("gpuproc: the GPU worker did not exit: killing it")
+		_ = c.cmd.Process.Kill()
+		<-c.exited
+	}
+	c.log.Info().Str("vgpu", c.cfg.Name).Str("exit", c.cmd.ProcessState.String()).Msg("gpuproc: GPU worker stopped")
+	return errors.Join(errs...)
+}
+
+// closeWait is how long Close waits for the worker to exit by itself.
+const closeWait = 10 * time.Second
+
+func (c *Client) Name() string { return "nvidia" }
+
+func (c *Client) do(op Op, m *Msg) error {
+	_, err := c.call(c.eng, op, m)
+	return err
+}
+
+func (c *Client) Copy(dst, src []gtt.Extent) error { return c.do(OpCopy, &Msg{Dst: dst, Src: src}) }
+
+func (c *Client) Fill(dst []gtt.Extent, pattern uint32) error {
+	return c.do(OpFill, &Msg{Dst: dst, A: pattern})
+}
+
+func (c *Client) Write(dst []gtt.Extent, src []byte) error {
+	return c.do(OpWrite, &Msg{Dst: dst, Data: src})
+}
+
+func (c *Client) Read(dst []byte, src []gtt.Extent) error {
+	rep, err := c.call(c.eng, OpRead, &Msg{Src: src, X: uint64(len(dst))})
+	if err != nil {
+		return err
+	}
+	if len(rep.Data) != len(dst) {
+		return c.broken(OpRead, fmt.Errorf("%w: %d bytes answering a read of %d", ErrMalformed, len(rep.Data), len(dst)))
+	}
+	copy(dst, rep.Data)
+	return nil
+}
+
+func (c *Client) Saxpy(n uint64, a float32, x, y []gtt.Extent) error {
+	return c.do(OpSaxpy, &Msg{X: n, A: math.Float32bits(a), Src: x, Dst: y})
+}
+
+func (c *Client) Stencil(w, h uint32, in, out []gtt.Extent) error {
+	return c.do(OpStencil, &Msg{A: w, B: h, Src: in, Dst: out})
+}
+
+func (c *Client) Render(w, h uint32, frame uint64, fb []gtt.Extent) error {
+	return c.do(OpRender, &Msg{A: w, B: h, X: frame, Dst: fb})
+}
+
+func (c *Client) Sync() error { return c.do(OpSync, &Msg{}) }
+
+func (c *Client) LoadModule(handle uint32, m engine.Module) error {
+	err := c.do(OpLoadModule, &Msg{C: handle, B: m.Handle, A: m.Args, Str: m.Entry, Data: m.PTX})
+	if err == nil {
+		c.handles[handle] = true
+	}
+	return err
+}
+
+func (c *Client) UnloadModule(handle uint32) error {
+	delete(c.handles, handle) // the back end forgets it, whatever else fails
+	return c.do(OpUnloadModule, &Msg{C: handle})
+}
+
+func (c *Client) LaunchModule(handle uint32, args []uint64) ([]gtt.Extent, error) {
+	rep, err := c.call(c.eng, OpLaunchModule, &Msg{C: handle, Words: args})
+	return rep.Dst, err
+}
+
+func (c *Client) LaunchModuleParams(handle uint32, threads uint64, params []byte) ([]gtt.Extent, error) {
+	rep, err := c.call(c.eng, OpLaunchModuleParams, &Msg{C: handle, X: threads, Data: params})
+	return rep.Dst, err
+}
+
+// LaunchGrid posts the launch: no round trip. What the in-process back
+// end refuses at once (modules off, an unknown handle) is refused here,
+// alike; anything else the worker finds answers the next call, wrapping
+// engine.ErrLaunchFailed.
+func (c *Client) LaunchGrid(handle uint32, g engine.Grid, params []byte) error {
+	if !c.cfg.Modules {
+		return fmt.Errorf("%w: guest modules are off for this vGPU", engine.ErrNoModules)
+	}
+	if !c.handles[handle] {
+		return fmt.Errorf("%w: no module %d in the back end", engine.ErrBadKernel, handle)
+	}
+	return c.post(OpLaunchGrid, &Msg{C: handle, Grid: g, Data: params})
+}
+
+func (c *Client) Place(va uint64) (uint64, error) {
+	rep, err := c.call(c.eng, OpPlace, &Msg{X: va})
+	if err == nil {
+		c.mirror.Store(rep.X)
+	}
+	return rep.X, err
+}
+
+// DeviceAddrBase implements engine.Backend from any goroutine: the base
+// the worker last reported (it moves only by PlaceLocal).
+func (c *Client) DeviceAddrBase() uint64 { return c.base.Load() }
+
+func (c *Client) Info() cuda.DeviceInfo { return c.info }
+
+func (c *Client) MirrorBase() uint64 { return c.mirror.Load() }
+
+func (c *Client) LocalSize() uint64 { return c.cfg.LocalSize }
+
+func (c *Client) PlaceLocal(addr uint64) error {
+	rep, err := c.call(c.eng, OpPlaceLocal, &Msg{X: addr})
+	if rep.X != 0 || err == nil {
+		c.base.Store(rep.X)
+	}
+	return err
+}
+
+// LoadLocal sends the listed pages of mem alone (the worker has no copy of
+// local memory's host image: the pool's local range is gmigd's anonymous
+// memory).
+func (c *Client) LoadLocal(pages []int, mem []byte) error {
+	words := make([]uint64, len(pages))
+	data := make([]byte, 0, len(pages)*pageSize)
+	for i, p := range pages {
+		if p < 0 || (p+1)*pageSize > len(mem) {
+			return fmt.Errorf("gpuproc: loading local page %d from %d bytes", p, len(mem))
+		}
+		words[i] = uint64(p)
+		data = append(data, mem[p*pageSize:(p+1)*pageSize]...)
+	}
+	return c.do(OpLoadLocal, &Msg{Words: words, Data: data})
+}
+
+// PageHasher hashes the window from gmigd's own CUDA context: it reads
+// the aperture (host memory) with gmig's kernels only, no guest code.
+func (c *Client) PageHasher() (*nvidia.GPUHasher, error) {
+	g, err := nvidia.OpenGPU(c.cfg.GPU)
+	if err != nil {
+		return nil, err
+	}
+	return g.NewHostHasher(c.cfg.Window)
+}
+
+func (c *Client) Stats() nvidia.NVIDIAStats {
+	rep, err := c.call(c.side, OpStats, &Msg{})
+	if err != nil || len(rep.Words) < 7 {
+		return nvidia.NVIDIAStats{}
+	}
+	w := rep.Words
+	return nvidia.NVIDIAStats{Commands: w[0], HostReadBytes: w[1], WriteBackBytes: w[2], GapBytes: w[3],
+		SyncBytes: w[4], ModuleLaunches: w[5], HashedBytes: w[6]}
+}
+
+func (c *Client) ModelWrite(addr uint64, b []byte) error {
+	_, err := c.call(c.side, OpModelWrite, &Msg{X: addr, Data: b})
+	return err
+}
+
+// NewLocalTracker opens the worker's reader of device-local memory (one
+// at a time).
+func (c *Client) NewLocalTracker() (nvidia.LocalReader, error) {
+	rep, err := c.call(c.side, OpTrackerOpen, &Msg{})
+	if err != nil {
+		return nil, err
+	}
+	return &tracker{c: c, pages: int(rep.A)}, nil
+}
+
+// tracker is the worker's local tracker, through the side connection.
+type tracker struct {
+	c     *Client
+	pages int
+}
+
+func (t *tracker) Pages() int { return t.pages }
+
+func (t *tracker) Snapshot(first, n int, buf []byte) error {
+	if first < 0 || n < 0 || first+n > t.pages || len(buf) < n*pageSize {
+		return fmt.Errorf("gpuproc: local snapshot of pages [%d, +%d) of %d into %d bytes", first, n, t.pages, len(buf))
+	}
+	rep, err := t.c.call(t.c.side, OpTrackerSnapshot, &Msg{A: uint32(first), B: uint32(n)})
+	if err != nil {
+		return err
+	}
+	copy(buf, rep.Data)
+	return nil
+}
+
+func (t *tracker) Changed() ([]int, error) {
+	rep, err := t.c.call(t.c.side, OpTrackerChanged, &Msg{})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int, len(rep.Words))
+	for i, w := range rep.Words {
+		out[i] = int(w)
+	}
+	return out, nil
+}
+
+func (t *tracker) Read(pages []int, buf []byte) error {
+	if len(buf) < len(pages)*pageSize {
+		return fmt.Errorf("gpuproc: %d local pages into %d bytes", len(pages), len(buf))
+	}
+	words := make([]uint64, len(pages))
+	for i, p := range pages {
+		words[i] = uint64(p)
+	}
+	rep, err := t.c.call(t.c.side, OpTrackerRead, &Msg{Words: words})
+	if err != nil {
+		return err
+	}
+	copy(buf, rep.Data)
+	return nil
+}
+
+func (t *tracker) Close() error {
+	_, err := t.c.call(t.c.side, OpTrackerClose, &Msg{})
+	return err
+}
