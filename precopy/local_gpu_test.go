@@ -24,10 +24,14 @@ import (
 
 // cudaLocalPair serves a source vGPU with local memory on model GPU 0 and
 // a destination on model GPU 1, at another pool offset.
-func cudaLocalPair(t *testing.T) (src, dst *migtest.Served) {
+func cudaLocalPair(t *testing.T) (src, dst *migtest.Served) { return cudaLocalPairOn(t, 1) }
+
+// cudaLocalPairOn is cudaLocalPair with the destination on model GPU
+// dstGPU (0: the source's; each vGPU has a GPU worker of its own).
+func cudaLocalPairOn(t *testing.T, dstGPU int) (src, dst *migtest.Served) {
 	t.Setenv(nvidia.ModelEnv, "2")
 	src = localVGPUOn(t, vgpu.Config{Name: "src", Backend: vgpu.BackendCUDA, GPU: 0}, 0)
-	dst = localVGPUOn(t, vgpu.Config{Name: "dst", Backend: vgpu.BackendCUDA, GPU: 1}, localGfx)
+	dst = localVGPUOn(t, vgpu.Config{Name: "dst", Backend: vgpu.BackendCUDA, GPU: dstGPU}, localGfx)
 	return src, dst
 }
 
@@ -50,20 +54,25 @@ func gpuLocal(t *testing.T, v *vgpu.VGPU) []byte {
 //
 // It runs with the stop phase on one stream and on three, and with the
 // destination copying arrived local pages to its GPU every 8 pages (so
-// during the pre-copy too, and pages sent twice are copied twice).
+// during the pre-copy too, and pages sent twice are copied twice). The
+// destination is on another model GPU, and (one-gpu) on the source's own
+// GPU in the same process: each vGPU's GPU worker has a device address
+// space of its own, so the destination gets the source's
+// DEVICE_ADDR_BASE beside it.
 func TestGPULocalMemoryMigrates(t *testing.T) {
 	save := flushPages
 	flushPages = 8
 	defer func() { flushPages = save }()
 	for _, k := range []int{1, 3} {
-		t.Run(fmt.Sprintf("streams=%d", k), func(t *testing.T) { testGPULocalMigrates(t, k) })
+		t.Run(fmt.Sprintf("streams=%d", k), func(t *testing.T) { testGPULocalMigrates(t, k, 1) })
 	}
+	t.Run("one-gpu", func(t *testing.T) { testGPULocalMigrates(t, 1, 0) })
 }
 
-func testGPULocalMigrates(t *testing.T, k int) {
+func testGPULocalMigrates(t *testing.T, k, dstGPU int) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	src, dst := cudaLocalPair(t)
+	src, dst := cudaLocalPairOn(t, dstGPU)
 	vm, ga := localGuest(ctx, t, src)
 	d := vm.Driver()
 	s, recv, _ := startOnStreams(ctx, t, src.V, dst.V, k, Options{Strategy: OneShot, Workers: 2, SerialStop: true, Log: migtest.Log})

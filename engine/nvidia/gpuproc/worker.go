@@ -9,6 +9,8 @@ import (
 	"syscall"
 
 	"github.com/rs/zerolog"
+
+	"github.com/gmig-dev/gmig/engine/nvidia"
 )
 
 // WorkerEnv, set in a process's environment, makes it a GPU worker: the
@@ -45,6 +47,9 @@ func init() {
 
 // runWorker serves one back end until the engine connection closes.
 func runWorker(log zerolog.Logger) error {
+	if err := nvidia.KernelsFromEnv(); err != nil { // a freshly built kernels.ptx, as gmigd's tests load
+		return err
+	}
 	eng, err := fileConn(fdEngine, "engine")
 	if err != nil {
 		return err
