@@ -134,6 +134,15 @@ func (v *VGPU) closeBackend() {
 // the vGPU's GPU worker ("process").
 func (v *VGPU) GPU() nvidia.VGPUBackend { return v.gpu }
 
+// GPUWorkerPID is the process id of the vGPU's GPU worker (isolation
+// "process"), 0 without one or once it has ended.
+func (v *VGPU) GPUWorkerPID() int {
+	if c, ok := v.gpu.(*gpuproc.Client); ok && c.Alive() {
+		return c.Pid()
+	}
+	return 0
+}
+
 // placeLocal asks the CUDA back end for device-local memory at addr, the
 // saved RegDeviceAddrBase, before the engine's state, which must find it
 // there, is restored: the device address a guest holds must not change

@@ -14,12 +14,13 @@ import (
 	"github.com/gmig-dev/gmig/abi"
 	"github.com/gmig-dev/gmig/guest"
 	"github.com/gmig-dev/gmig/internal/migtest"
+	"github.com/gmig-dev/gmig/internal/pool"
 	"github.com/gmig-dev/gmig/internal/sim"
 	"github.com/gmig-dev/gmig/vgpu"
 )
 
 // kernelsPTX is the file of the ABI 1.3 test kernels the CUDA model plays
-// by name (vecAdd, scaleAdd, matMulTiled, empty), the engine's.
+// by name (vecAdd, scaleAdd, matMulTiled, empty, scribble), the engine's.
 const kernelsPTX = "../../engine/nvidia/testdata/kernels13.ptx"
 
 // newGridLib is a Lib on the CUDA back end's model with guest modules and
@@ -30,9 +31,18 @@ const kernelsPTX = "../../engine/nvidia/testdata/kernels13.ptx"
 func newGridLib(t testing.TB, lc Config) *Lib {
 	t.Helper()
 	t.Setenv("GMIG_CUDA_MODEL", "1") // migtest.UseCUDAModel, which takes a *testing.T only
+	l, _ := gridLibIn(t, migtest.NewPool(t, 2*(testMem+localSize)), "grid", "", lc)
+	return l
+}
+
+// gridLibIn is newGridLib's Lib on a vGPU named name in pool p, its GPU
+// context where isolation says (vgpu.Config.GPUIsolation; "" for the
+// default), and the vGPU.
+func gridLibIn(t testing.TB, p *pool.Pool, name, isolation string, lc Config) (*Lib, *vgpu.VGPU) {
+	t.Helper()
 	cfg := localConfig()
-	cfg.Name, cfg.MemSize, cfg.Backend, cfg.GuestModules = "grid", testMem, vgpu.BackendCUDA, true
-	v, err := vgpu.New(cfg, migtest.NewPool(t, 2*(cfg.MemSize+cfg.LocalMemSize)), migtest.Log)
+	cfg.Name, cfg.MemSize, cfg.Backend, cfg.GuestModules, cfg.GPUIsolation = name, testMem, vgpu.BackendCUDA, true, isolation
+	v, err := vgpu.New(cfg, p, migtest.Log)
 	if errors.Is(err, vgpu.ErrConfig) {
 		t.Skipf("skipping: %v (ABI 1.3: the CUDA model with device-local memory has not landed)", err)
 	}
@@ -59,7 +69,7 @@ func newGridLib(t testing.TB, lc Config) *Lib {
 	if _, r := l.CtxCreate(thread, 0, 0); r != Success {
 		t.Fatal(r.Error())
 	}
-	return l
+	return l, v
 }
 
 // loadFunction loads kernelsPTX and returns entry's function.

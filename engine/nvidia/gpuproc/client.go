@@ -144,13 +144,13 @@ func (c *Client) supervise() {
 	}
 	c.exitErr = err
 	c.markLost(fmt.Errorf("the worker (pid %d) %w", c.cmd.Process.Pid, err))
-	close(c.exited)
 	if !c.closing.Load() {
 		c.log.Error().Str("vgpu", c.cfg.Name).Str("cause", c.cmd.ProcessState.String()).
 			Msg("gpuproc: the vGPU's GPU worker ended: its commands fail from now on (719 on their streams); gmigd and other vGPUs run on")
 	}
 	c.eng.c.Close()
 	c.side.c.Close()
+	close(c.exited)
 }
 
 func (c *Client) markLost(cause error) {
@@ -159,6 +159,10 @@ func (c *Client) markLost(cause error) {
 
 // Pid is the worker's process id.
 func (c *Client) Pid() int { return c.cmd.Process.Pid }
+
+// Alive reports whether the worker has not been given up (it runs, and
+// answers).
+func (c *Client) Alive() bool { return c.lost.Load() == nil }
 
 // call sends a request on cn and waits for its reply, delivering the
 // landed ranges that arrive before it.

@@ -70,9 +70,9 @@ func remoteErrorOf(m Msg) error {
 // lostError is ErrWorkerLost with its cause.
 type lostError struct{ cause error }
 
-func (e *lostError) Error() string { return fmt.Sprintf("%v: %v", ErrWorkerLost, e.cause) }
+func (e *lostError) Error() string        { return fmt.Sprintf("%v: %v", ErrWorkerLost, e.cause) }
 func (e *lostError) Is(target error) bool { return target == ErrWorkerLost }
-func (e *lostError) Unwrap() error { return e.cause }
+func (e *lostError) Unwrap() error        { return e.cause }
 
 // StickyCode implements engine.StickyCode's interface: 719.
 func (e *lostError) StickyCode() uint32 { return uint32(cuda.ErrorLaunchFailed) }

@@ -43,12 +43,14 @@ type server struct {
 type handler func(s *server, m *Msg) (Msg, error)
 
 var handlers = [opCount]handler{
-	OpOpen:               (*server).open,
-	OpCopy:               func(s *server, m *Msg) (Msg, error) { return Msg{}, s.b.Copy(m.Dst, m.Src) },
-	OpFill:               func(s *server, m *Msg) (Msg, error) { return Msg{}, s.b.Fill(m.Dst, m.A) },
-	OpWrite:              func(s *server, m *Msg) (Msg, error) { return Msg{}, s.b.Write(m.Dst, m.Data) },
-	OpRead:               (*server).read,
-	OpSaxpy:              func(s *server, m *Msg) (Msg, error) { return Msg{}, s.b.Saxpy(m.X, math.Float32frombits(m.A), m.Src, m.Dst) },
+	OpOpen:  (*server).open,
+	OpCopy:  func(s *server, m *Msg) (Msg, error) { return Msg{}, s.b.Copy(m.Dst, m.Src) },
+	OpFill:  func(s *server, m *Msg) (Msg, error) { return Msg{}, s.b.Fill(m.Dst, m.A) },
+	OpWrite: func(s *server, m *Msg) (Msg, error) { return Msg{}, s.b.Write(m.Dst, m.Data) },
+	OpRead:  (*server).read,
+	OpSaxpy: func(s *server, m *Msg) (Msg, error) {
+		return Msg{}, s.b.Saxpy(m.X, math.Float32frombits(m.A), m.Src, m.Dst)
+	},
 	OpStencil:            func(s *server, m *Msg) (Msg, error) { return Msg{}, s.b.Stencil(m.A, m.B, m.Src, m.Dst) },
 	OpRender:             func(s *server, m *Msg) (Msg, error) { return Msg{}, s.b.Render(m.A, m.B, m.X, m.Dst) },
 	OpSync:               func(s *server, m *Msg) (Msg, error) { return Msg{}, s.b.Sync() },
@@ -192,7 +194,7 @@ func (s *server) open(m *Msg) (Msg, error) {
 	}
 	s.b = b
 	close(s.ready)
-	s.log.Info().Uint64("device_addr_base", b.DeviceAddrBase()).Uint64("local_size", m.Y).Msg("gpuproc: GPU worker ready")
+	s.log.Debug().Uint64("device_addr_base", b.DeviceAddrBase()).Uint64("local_size", m.Y).Msg("gpuproc: GPU worker ready")
 	return Msg{X: b.DeviceAddrBase(), Y: b.MirrorBase(), Data: info}, nil
 }
 

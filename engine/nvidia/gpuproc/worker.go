@@ -37,7 +37,7 @@ func init() {
 	if !ok {
 		return
 	}
-	log := zerolog.New(os.Stderr).With().Timestamp().Str("gpu_worker", name).Int("pid", os.Getpid()).Logger()
+	log := zerolog.New(os.Stderr).Level(zerolog.InfoLevel).With().Timestamp().Str("gpu_worker", name).Int("pid", os.Getpid()).Logger()
 	if err := runWorker(log); err != nil {
 		log.Error().Err(err).Msg("gpuproc: GPU worker failed")
 		os.Exit(1)
