@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net"
 	"os"
 	"os/exec"
 	"sync"
@@ -60,19 +59,54 @@ type Client struct {
 	lost      atomic.Pointer[lostError]
 	ctxFailed sync.Once // the one log line of a sticky context error
 
+	posts posts // LaunchGrid's frames on their way to the engine connection
+
 	closing atomic.Bool
 	exited  chan struct{} // closed when the worker has been waited for
 	exitErr error         // its exit, once exited is closed
 }
 
+// posts holds posted frames until the poster goroutine (or the next call)
+// writes them: the engine goroutine's LaunchGrid only appends, and a burst
+// of launches leaves in few writes while the worker is already launching
+// the first. Lock order: conn.mu, then posts.mu.
+type posts struct {
+	mu      sync.Mutex
+	pending []byte
+	spare   []byte
+	wake    chan struct{} // capacity 1: the poster has work
+}
+
+// maxPending is how many bytes of posted frames may wait: past it, a post
+// writes them itself (back pressure from a worker that launches slower
+// than the guest asks).
+const maxPending = 256 << 10
+
 var _ nvidia.VGPUBackend = (*Client)(nil)
 
-// conn is one connection's client end: one call at a time.
+// conn is one connection's client end: one call at a time. Its socket is
+// in blocking mode, read and written by plain system calls: a call's
+// round trip then wakes no poller goroutine on either side (on a busy
+// host that halves it).
 type conn struct {
 	mu   sync.Mutex
-	c    net.Conn
+	c    *os.File
+	fd   int // c's descriptor, for shutdown(2)
 	fr   frameReader
 	wbuf []byte
+	once sync.Once // shut
+}
+
+// shut ends the connection, once: shutdown(2) first, which wakes a reader
+// blocked in read(2) (closing a blocking descriptor would not), then
+// close once no call uses it.
+func (cn *conn) shut() {
+	cn.once.Do(func() {
+		_ = syscall.Shutdown(cn.fd, syscall.SHUT_RDWR)
+		cn.mu.Lock()
+		defer cn.mu.Unlock()
+		_ = cn.c.Close()
+	})
 }
 
 // Start starts a GPU worker for cfg's vGPU (a re-exec of this executable,
@@ -108,7 +142,9 @@ func Start(cfg Config) (*Client, error) {
 	c := &Client{cfg: cfg, cmd: cmd, handles: map[uint32]bool{}, exited: make(chan struct{})}
 	c.log = cfg.Log.With().Int("gpu_worker_pid", cmd.Process.Pid).Logger()
 	c.eng, c.side = newConn(engC), newConn(sideC)
+	c.posts.wake = make(chan struct{}, 1)
 	go c.supervise()
+	go c.poster()
 	if err := c.open(); err != nil {
 		_ = c.Close()
 		return nil, fmt.Errorf("gpuproc: opening vGPU %s's back end in its GPU worker: %w", cfg.Name, err)
@@ -117,22 +153,16 @@ func Start(cfg Config) (*Client, error) {
 	return c, nil
 }
 
-func socketPair() (mine net.Conn, theirs *os.File, err error) {
+// socketPair returns a connected pair of blocking unix stream sockets.
+func socketPair() (mine, theirs *os.File, err error) {
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, nil, fmt.Errorf("gpuproc: socketpair: %w", err)
 	}
-	f := os.NewFile(uintptr(fds[0]), "gpu-worker")
-	defer f.Close()
-	mine, err = net.FileConn(f)
-	if err != nil {
-		syscall.Close(fds[1])
-		return nil, nil, fmt.Errorf("gpuproc: socketpair: %w", err)
-	}
-	return mine, os.NewFile(uintptr(fds[1]), "gpu-worker"), nil
+	return os.NewFile(uintptr(fds[0]), "gpu-worker"), os.NewFile(uintptr(fds[1]), "gpu-worker"), nil
 }
 
-func newConn(c net.Conn) *conn { return &conn{c: c, fr: frameReader{r: c}} }
+func newConn(c *os.File) *conn { return &conn{c: c, fd: int(c.Fd()), fr: newFrameReader(c)} }
 
 // supervise waits for the worker's exit. An exit nobody asked for (a
 // crash, a kill) ends the vGPU's back end: one log line names the vGPU and
@@ -148,8 +178,8 @@ func (c *Client) supervise() {
 		c.log.Error().Str("vgpu", c.cfg.Name).Str("cause", c.cmd.ProcessState.String()).
 			Msg("gpuproc: the vGPU's GPU worker ended: its commands fail from now on (719 on their streams); gmigd and other vGPUs run on")
 	}
-	c.eng.c.Close()
-	c.side.c.Close()
+	c.eng.shut()
+	c.side.shut()
 	close(c.exited)
 }
 
@@ -171,6 +201,11 @@ func (c *Client) call(cn *conn, op Op, req *Msg) (Msg, error) {
 	defer cn.mu.Unlock()
 	if l := c.lost.Load(); l != nil {
 		return Msg{}, l
+	}
+	if cn == c.eng {
+		if err := c.flushLocked(); err != nil { // posts go first, in order
+			return Msg{}, err
+		}
 	}
 	cn.wbuf = appendFrame(cn.wbuf[:0], KindCall, op, req)
 	if _, err := cn.c.Write(cn.wbuf); err != nil {
@@ -205,17 +240,64 @@ func (c *Client) call(cn *conn, op Op, req *Msg) (Msg, error) {
 	}
 }
 
-// post sends a request that has no reply.
+// post queues a request that has no reply for the poster goroutine.
 func (c *Client) post(op Op, req *Msg) error {
-	cn := c.eng
-	cn.mu.Lock()
-	defer cn.mu.Unlock()
 	if l := c.lost.Load(); l != nil {
 		return l
 	}
-	cn.wbuf = appendFrame(cn.wbuf[:0], KindPost, op, req)
-	if _, err := cn.c.Write(cn.wbuf); err != nil {
-		return c.broken(op, err)
+	p := &c.posts
+	p.mu.Lock()
+	p.pending = appendFrame(p.pending, KindPost, op, req)
+	full := len(p.pending) >= maxPending
+	p.mu.Unlock()
+	if full {
+		c.eng.mu.Lock()
+		defer c.eng.mu.Unlock()
+		return c.flushLocked()
+	}
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// poster writes posted frames as they come, until the worker is gone.
+func (c *Client) poster() {
+	for {
+		select {
+		case <-c.posts.wake:
+		case <-c.exited:
+			return
+		}
+		c.eng.mu.Lock()
+		_ = c.flushLocked() // a failure gives the worker up: the next call reports it
+		c.eng.mu.Unlock()
+	}
+}
+
+// flushLocked writes the posted frames (c.eng.mu held).
+func (c *Client) flushLocked() error {
+	p := &c.posts
+	p.mu.Lock()
+	buf := p.pending
+	p.pending, p.spare = p.spare[:0], nil
+	p.mu.Unlock()
+	if len(buf) == 0 {
+		p.mu.Lock()
+		p.spare = buf
+		p.mu.Unlock()
+		return nil
+	}
+	if l := c.lost.Load(); l != nil {
+		return l
+	}
+	_, err := c.eng.c.Write(buf)
+	p.mu.Lock()
+	p.spare = buf[:0]
+	p.mu.Unlock()
+	if err != nil {
+		return c.broken(OpLaunchGrid, err)
 	}
 	return nil
 }
@@ -256,8 +338,8 @@ func (c *Client) Close() error {
 			errs = append(errs, err)
 		}
 	}
-	c.eng.c.Close() // the worker exits when its engine connection closes
-	c.side.c.Close()
+	c.eng.shut() // the worker exits when its engine connection closes
+	c.side.shut()
 	select {
 	case <-c.exited:
 	case <-time.After(closeWait):

@@ -75,7 +75,7 @@ var handlers = [opCount]handler{
 // serve answers requests from r, writing to w, until r fails (the client
 // closed, or after OpClose); side says which connection it is.
 func (s *server) serve(r io.Reader, w io.Writer, side bool) error {
-	fr := frameReader{r: r}
+	fr := newFrameReader(r)
 	buf := &s.wbuf
 	if side {
 		buf = &s.sbuf

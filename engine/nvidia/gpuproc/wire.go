@@ -1,6 +1,7 @@
 package gpuproc
 
 import (
+	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -421,10 +422,16 @@ func decodeMsg(p []byte, fs []field) (Msg, error) {
 	return m, d.err
 }
 
-// frameReader reads frames from a connection into a reused buffer.
+// frameReader reads frames from a connection into a reused buffer,
+// through a read buffer: a burst of posted frames costs one read(2).
 type frameReader struct {
 	r   io.Reader
 	buf []byte
+}
+
+// newFrameReader reads frames from r.
+func newFrameReader(r io.Reader) frameReader {
+	return frameReader{r: bufio.NewReaderSize(r, 64<<10)}
 }
 
 // next reads one frame; the Msg aliases the reader's buffer until the

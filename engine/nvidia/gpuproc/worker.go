@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"syscall"
 
@@ -78,17 +77,13 @@ func runWorker(log zerolog.Logger) error {
 	return err
 }
 
-func fileConn(fd uintptr, what string) (net.Conn, error) {
-	f := os.NewFile(fd, what)
-	if f == nil {
-		return nil, fmt.Errorf("gpuproc: no %s connection at descriptor %d", what, fd)
+// fileConn is the blocking socket at descriptor fd (client.go, conn).
+func fileConn(fd uintptr, what string) (*os.File, error) {
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(fd), &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFSOCK {
+		return nil, fmt.Errorf("gpuproc: no %s connection at descriptor %d (%v)", what, fd, err)
 	}
-	defer f.Close()
-	c, err := net.FileConn(f)
-	if err != nil {
-		return nil, fmt.Errorf("gpuproc: %s connection (descriptor %d): %w", what, fd, err)
-	}
-	return c, nil
+	return os.NewFile(fd, what), nil
 }
 
 // mapMemfd maps the whole memfd at fd, shared, read-write: the same pages
