@@ -164,6 +164,13 @@ func socketPair() (mine, theirs *os.File, err error) {
 
 func newConn(c *os.File) *conn { return &conn{c: c, fd: int(c.Fd()), fr: newFrameReader(c)} }
 
+// The messages of the log lines a vGPU's loss writes (one each, with the
+// vGPU's name and the cause), for operators' searches.
+const (
+	MsgWorkerEnded   = "gpuproc: the vGPU's GPU worker ended: its commands fail from now on (719 on their streams); gmigd and other vGPUs run on"
+	MsgContextFailed = "gpuproc: the vGPU's GPU context failed (sticky): its commands fail from now on; other vGPUs run on"
+)
+
 // supervise waits for the worker's exit. An exit nobody asked for (a
 // crash, a kill) ends the vGPU's back end: one log line names the vGPU and
 // the cause, and every later call fails with ErrWorkerLost.
@@ -176,7 +183,7 @@ func (c *Client) supervise() {
 	c.markLost(fmt.Errorf("the worker (pid %d) %w", c.cmd.Process.Pid, err))
 	if !c.closing.Load() {
 		c.log.Error().Str("vgpu", c.cfg.Name).Str("cause", c.cmd.ProcessState.String()).
-			Msg("gpuproc: the vGPU's GPU worker ended: its commands fail from now on (719 on their streams); gmigd and other vGPUs run on")
+			Msg(MsgWorkerEnded)
 	}
 	c.eng.shut()
 	c.side.shut()
@@ -231,7 +238,7 @@ func (c *Client) call(cn *conn, op Op, req *Msg) (Msg, error) {
 			if code := engine.StickyCode(err); code != 0 {
 				c.ctxFailed.Do(func() {
 					c.log.Error().Str("vgpu", c.cfg.Name).Uint32("cuda", code).Err(err).
-						Msg("gpuproc: the vGPU's GPU context failed (sticky): its commands fail from now on; other vGPUs run on")
+						Msg(MsgContextFailed)
 				})
 			}
 			return Msg{}, err
@@ -371,8 +378,17 @@ func (c *Client) Write(dst []gtt.Extent, src []byte) error {
 	return c.do(OpWrite, &Msg{Dst: dst, Data: src})
 }
 
+// Read reads through the worker. Once the worker is gone, reads that lie
+// in the aperture are served from gmigd's own mapping of it (what the
+// device had written back is there; the guest's CPU sees the same bytes):
+// the engine still fetches the ring, so each later command is decoded and
+// fails on its own stream with the lost context's 719, instead of the
+// ring fetch failing as a page fault no stream reports.
 func (c *Client) Read(dst []byte, src []gtt.Extent) error {
 	rep, err := c.call(c.eng, OpRead, &Msg{Src: src, X: uint64(len(dst))})
+	if errors.Is(err, ErrWorkerLost) && c.readWindow(dst, src) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -381,6 +397,26 @@ func (c *Client) Read(dst []byte, src []gtt.Extent) error {
 	}
 	copy(dst, rep.Data)
 	return nil
+}
+
+// readWindow copies src from gmigd's mapping of the aperture, if every
+// extent lies in it and the lengths match; it reports whether it did.
+func (c *Client) readWindow(dst []byte, src []gtt.Extent) bool {
+	w, base := c.cfg.Window, c.cfg.WindowOff
+	var n uint64
+	for _, x := range src {
+		if x.Off < base || x.Off-base > uint64(len(w)) || x.Len > uint64(len(w))-(x.Off-base) {
+			return false
+		}
+		n += x.Len
+	}
+	if n != uint64(len(dst)) {
+		return false
+	}
+	for _, x := range src {
+		dst = dst[copy(dst, w[x.Off-base:x.Off-base+x.Len]):]
+	}
+	return true
 }
 
 func (c *Client) Saxpy(n uint64, a float32, x, y []gtt.Extent) error {

@@ -241,7 +241,7 @@ func TestClientLaunchGridPosted(t *testing.T) {
 			t.Errorf("%s after the fault: %v, want sticky 719", name, err)
 		}
 	}
-	if n := strings.Count(log.String(), "GPU context failed"); n != 1 {
+	if n := strings.Count(log.String(), MsgContextFailed); n != 1 {
 		t.Errorf("%d log lines of the failed context, want 1:\n%s", n, log.String())
 	}
 }
@@ -277,7 +277,7 @@ func TestClientWorkerKilled(t *testing.T) {
 		t.Errorf("worker pid %d after Close: %v, want ESRCH", pid, err)
 	}
 	out := log.String()
-	if n := strings.Count(out, "GPU worker ended"); n != 1 || !strings.Contains(out, `"vgpu":"test"`) || !strings.Contains(out, "killed") {
+	if n := strings.Count(out, MsgWorkerEnded); n != 1 || !strings.Contains(out, `"vgpu":"test"`) || !strings.Contains(out, "killed") {
 		t.Errorf("log, want one line naming the vGPU and the signal:\n%s", out)
 	}
 }
