@@ -61,6 +61,17 @@ type Client struct {
 
 	posts posts // LaunchGrid's frames on their way to the engine connection
 
+	// pending says the worker may hold aperture bytes newer on the device
+	// than in the window (a command wrote graphics memory since the last
+	// successful Sync, which writes every such byte back). While it is
+	// false the window is the truth everywhere, so Read and Write of the
+	// aperture are served here, on gmigd's mapping of the same memfd, with
+	// no round trip: the engine's ring fetch and parameter reads of a
+	// stream of LAUNCH_GRIDs (whose kernels reach device-local memory
+	// only) then cost no more than in process.
+	pending atomic.Bool
+	local   atomic.Uint64 // operations served here, for Stats
+
 	closing atomic.Bool
 	exited  chan struct{} // closed when the worker has been waited for
 	exitErr error         // its exit, once exited is closed
@@ -368,14 +379,58 @@ func (c *Client) do(op Op, m *Msg) error {
 	return err
 }
 
-func (c *Client) Copy(dst, src []gtt.Extent) error { return c.do(OpCopy, &Msg{Dst: dst, Src: src}) }
+// writes notes that an operation writing dst may leave aperture bytes
+// pending on the device.
+func (c *Client) writes(dst []gtt.Extent) {
+	end := c.cfg.WindowOff + uint64(len(c.cfg.Window))
+	for _, x := range dst {
+		if x.Len > 0 && x.Off < end {
+			c.pending.Store(true)
+			return
+		}
+	}
+}
+
+func (c *Client) Copy(dst, src []gtt.Extent) error {
+	c.writes(dst)
+	return c.do(OpCopy, &Msg{Dst: dst, Src: src})
+}
 
 func (c *Client) Fill(dst []gtt.Extent, pattern uint32) error {
+	c.writes(dst)
 	return c.do(OpFill, &Msg{Dst: dst, A: pattern})
 }
 
+// Write stores src in the window itself when every extent is aperture and
+// nothing is pending there (as the back end would: its Write copies into
+// the window after writing back what is pending), else through the worker.
 func (c *Client) Write(dst []gtt.Extent, src []byte) error {
+	if !c.pending.Load() && c.lost.Load() == nil {
+		if w, ok := c.windowSpans(dst, uint64(len(src))); ok {
+			for _, b := range w {
+				src = src[copy(b, src):]
+			}
+			c.local.Add(1)
+			return nil
+		}
+	}
 	return c.do(OpWrite, &Msg{Dst: dst, Data: src})
+}
+
+// windowSpans returns the window bytes xs name, if every extent lies in
+// the aperture and they hold n bytes in all.
+func (c *Client) windowSpans(xs []gtt.Extent, n uint64) ([][]byte, bool) {
+	w, base := c.cfg.Window, c.cfg.WindowOff
+	out := make([][]byte, 0, len(xs))
+	var total uint64
+	for _, x := range xs {
+		if x.Off < base || x.Off-base > uint64(len(w)) || x.Len > uint64(len(w))-(x.Off-base) {
+			return nil, false
+		}
+		out = append(out, w[x.Off-base:x.Off-base+x.Len])
+		total += x.Len
+	}
+	return out, total == n
 }
 
 // Read reads through the worker. Once the worker is gone, reads that lie
@@ -384,7 +439,14 @@ func (c *Client) Write(dst []gtt.Extent, src []byte) error {
 // the engine still fetches the ring, so each later command is decoded and
 // fails on its own stream with the lost context's 719, instead of the
 // ring fetch failing as a page fault no stream reports.
+//
+// While nothing is pending (Client.pending) reads of the aperture are
+// served from the window with no round trip, as Write's.
 func (c *Client) Read(dst []byte, src []gtt.Extent) error {
+	if !c.pending.Load() && c.lost.Load() == nil && c.readWindow(dst, src) {
+		c.local.Add(1)
+		return nil
+	}
 	rep, err := c.call(c.eng, OpRead, &Msg{Src: src, X: uint64(len(dst))})
 	if errors.Is(err, ErrWorkerLost) && c.readWindow(dst, src) {
 		return nil
@@ -402,36 +464,40 @@ func (c *Client) Read(dst []byte, src []gtt.Extent) error {
 // readWindow copies src from gmigd's mapping of the aperture, if every
 // extent lies in it and the lengths match; it reports whether it did.
 func (c *Client) readWindow(dst []byte, src []gtt.Extent) bool {
-	w, base := c.cfg.Window, c.cfg.WindowOff
-	var n uint64
-	for _, x := range src {
-		if x.Off < base || x.Off-base > uint64(len(w)) || x.Len > uint64(len(w))-(x.Off-base) {
-			return false
-		}
-		n += x.Len
-	}
-	if n != uint64(len(dst)) {
+	w, ok := c.windowSpans(src, uint64(len(dst)))
+	if !ok {
 		return false
 	}
-	for _, x := range src {
-		dst = dst[copy(dst, w[x.Off-base:x.Off-base+x.Len]):]
+	for _, b := range w {
+		dst = dst[copy(dst, b):]
 	}
 	return true
 }
 
 func (c *Client) Saxpy(n uint64, a float32, x, y []gtt.Extent) error {
+	c.writes(y)
 	return c.do(OpSaxpy, &Msg{X: n, A: math.Float32bits(a), Src: x, Dst: y})
 }
 
 func (c *Client) Stencil(w, h uint32, in, out []gtt.Extent) error {
+	c.writes(out)
 	return c.do(OpStencil, &Msg{A: w, B: h, Src: in, Dst: out})
 }
 
 func (c *Client) Render(w, h uint32, frame uint64, fb []gtt.Extent) error {
+	c.writes(fb)
 	return c.do(OpRender, &Msg{A: w, B: h, X: frame, Dst: fb})
 }
 
-func (c *Client) Sync() error { return c.do(OpSync, &Msg{}) }
+// Sync writes every pending byte back (in the worker): after a success the
+// window is the truth again.
+func (c *Client) Sync() error {
+	err := c.do(OpSync, &Msg{})
+	if err == nil {
+		c.pending.Store(false)
+	}
+	return err
+}
 
 func (c *Client) LoadModule(handle uint32, m engine.Module) error {
 	err := c.do(OpLoadModule, &Msg{C: handle, B: m.Handle, A: m.Args, Str: m.Entry, Data: m.PTX})
@@ -447,11 +513,13 @@ func (c *Client) UnloadModule(handle uint32) error {
 }
 
 func (c *Client) LaunchModule(handle uint32, args []uint64) ([]gtt.Extent, error) {
+	c.pending.Store(true) // a guest module writes the mirror anywhere
 	rep, err := c.call(c.eng, OpLaunchModule, &Msg{C: handle, Words: args})
 	return rep.Dst, err
 }
 
 func (c *Client) LaunchModuleParams(handle uint32, threads uint64, params []byte) ([]gtt.Extent, error) {
+	c.pending.Store(true)
 	rep, err := c.call(c.eng, OpLaunchModuleParams, &Msg{C: handle, X: threads, Data: params})
 	return rep.Dst, err
 }
@@ -528,7 +596,7 @@ func (c *Client) Stats() nvidia.NVIDIAStats {
 		return nvidia.NVIDIAStats{}
 	}
 	w := rep.Words
-	return nvidia.NVIDIAStats{Commands: w[0], HostReadBytes: w[1], WriteBackBytes: w[2], GapBytes: w[3],
+	return nvidia.NVIDIAStats{Commands: w[0] + c.local.Load(), HostReadBytes: w[1], WriteBackBytes: w[2], GapBytes: w[3],
 		SyncBytes: w[4], ModuleLaunches: w[5], HashedBytes: w[6]}
 }
 
