@@ -36,7 +36,9 @@ type Config struct {
 	// made the call during which the write-back stored, before the call
 	// returns.
 	Landed func(off, n uint64)
-	Log    zerolog.Logger
+	// Log is the vGPU's logger (it names the vGPU); the client adds the
+	// worker's pid.
+	Log zerolog.Logger
 }
 
 // Client is a vGPU's back end in a GPU worker process: nvidia.VGPUBackend
@@ -160,7 +162,7 @@ func Start(cfg Config) (*Client, error) {
 		_ = c.Close()
 		return nil, fmt.Errorf("gpuproc: opening vGPU %s's back end in its GPU worker: %w", cfg.Name, err)
 	}
-	c.log.Info().Str("vgpu", cfg.Name).Msg("gpuproc: GPU worker started")
+	c.log.Info().Msg("gpuproc: GPU worker started")
 	return c, nil
 }
 
@@ -193,7 +195,7 @@ func (c *Client) supervise() {
 	c.exitErr = err
 	c.markLost(fmt.Errorf("the worker (pid %d) %w", c.cmd.Process.Pid, err))
 	if !c.closing.Load() {
-		c.log.Error().Str("vgpu", c.cfg.Name).Str("cause", c.cmd.ProcessState.String()).
+		c.log.Error().Str("cause", c.cmd.ProcessState.String()).
 			Msg(MsgWorkerEnded)
 	}
 	c.eng.shut()
@@ -248,7 +250,7 @@ func (c *Client) call(cn *conn, op Op, req *Msg) (Msg, error) {
 			err := remoteErrorOf(m)
 			if code := engine.StickyCode(err); code != 0 {
 				c.ctxFailed.Do(func() {
-					c.log.Error().Str("vgpu", c.cfg.Name).Uint32("cuda", code).Err(err).
+					c.log.Error().Uint32("cuda", code).Err(err).
 						Msg(MsgContextFailed)
 				})
 			}
@@ -361,11 +363,11 @@ func (c *Client) Close() error {
 	select {
 	case <-c.exited:
 	case <-time.After(closeWait):
-		c.log.Warn().Str("vgpu", c.cfg.Name).Msg("gpuproc: the GPU worker did not exit: killing it")
+		c.log.Warn().Msg("gpuproc: the GPU worker did not exit: killing it")
 		_ = c.cmd.Process.Kill()
 		<-c.exited
 	}
-	c.log.Info().Str("vgpu", c.cfg.Name).Str("exit", c.cmd.ProcessState.String()).Msg("gpuproc: GPU worker stopped")
+	c.log.Info().Str("exit", c.cmd.ProcessState.String()).Msg("gpuproc: GPU worker stopped")
 	return errors.Join(errs...)
 }
 

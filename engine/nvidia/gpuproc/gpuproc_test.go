@@ -68,7 +68,8 @@ func startWorker(t testing.TB, p *pool.Pool, modules bool, log zerolog.Logger) *
 		t.Fatal(err)
 	}
 	c, err := Start(Config{Name: "test", Memfd: f, Window: s.window, WindowOff: s.part.Offset, LocalSize: testLocal,
-		Modules: modules, Landed: func(off, n uint64) { s.landed = append(s.landed, [2]uint64{off, n}) }, Log: log})
+		Modules: modules, Landed: func(off, n uint64) { s.landed = append(s.landed, [2]uint64{off, n}) },
+		Log: log.With().Str("vgpu", "test").Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}

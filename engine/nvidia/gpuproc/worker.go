@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"syscall"
 
 	"github.com/rs/zerolog"
@@ -36,6 +37,11 @@ func init() {
 	if !ok {
 		return
 	}
+	// gmigd ends its workers (it closes their connections): a signal meant
+	// for gmigd (systemd's SIGTERM to the unit's cgroup, a terminal's
+	// SIGINT to the process group, a reload's SIGHUP) must not end them
+	// under it.
+	signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	log := zerolog.New(os.Stderr).Level(zerolog.InfoLevel).With().Timestamp().Str("gpu_worker", name).Int("pid", os.Getpid()).Logger()
 	if err := runWorker(log); err != nil {
 		log.Error().Err(err).Msg("gpuproc: GPU worker failed")
