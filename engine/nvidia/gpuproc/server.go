@@ -23,14 +23,14 @@ import (
 type server struct {
 	log    zerolog.Logger
 	window []byte // the partition's aperture, mapped from its memfd
-	eng    io.Writer
 
 	ready chan struct{} // closed once b is set (OpOpen)
 	b     *nvidia.NVIDIA
 
 	// Engine connection only (its goroutine).
-	wbuf     []byte
-	deferred error // a posted LAUNCH_GRID's failure, for the next call
+	wbuf     []byte // the frames of the call in progress: landed ones, then the reply
+	rbuf     []byte // Read's bytes
+	deferred error  // a posted LAUNCH_GRID's failure, for the next call
 
 	// Side connection only (its goroutine).
 	sbuf    []byte
@@ -101,13 +101,14 @@ func (s *server) serve(r io.Reader, w io.Writer, side bool) error {
 			continue
 		}
 		if err != nil {
-			*buf = appendFrame((*buf)[:0], KindError, h.Op, ptr(errorMsg(err)))
+			*buf = appendFrame(*buf, KindError, h.Op, ptr(errorMsg(err)))
 		} else {
-			*buf = appendFrame((*buf)[:0], KindReply, h.Op, &rep)
+			*buf = appendFrame(*buf, KindReply, h.Op, &rep)
 		}
 		if _, err := w.Write(*buf); err != nil {
 			return fmt.Errorf("gpuproc: answering %s: %w", h.Op, err)
 		}
+		*buf = (*buf)[:0] // (a post's landed frames, if any, wait for the next reply)
 		if h.Op == OpClose {
 			return nil
 		}
@@ -159,15 +160,12 @@ func (s *server) dispatch(h Header, m *Msg) (Msg, error) {
 	return handlers[h.Op](s, m)
 }
 
-// landed sends a write-back's range to the client, before the reply of
-// the call in progress (nvidia.NVIDIAConfig.Landed runs on the engine
-// connection's goroutine, inside the call).
+// landed queues a write-back's range for the client ahead of the reply of
+// the call in progress, which leaves with it in one write
+// (nvidia.NVIDIAConfig.Landed runs on the engine connection's goroutine,
+// inside the call).
 func (s *server) landed(off, n uint64) {
-	var b [HeaderSize + 16]byte
-	frame := appendFrame(b[:0], KindLanded, OpLanded, &Msg{X: off, Y: n})
-	if _, err := s.eng.Write(frame); err != nil {
-		s.log.Warn().Err(err).Msg("gpuproc: sending a landed range")
-	}
+	s.wbuf = appendFrame(s.wbuf, KindLanded, OpLanded, &Msg{X: off, Y: n})
 }
 
 func (s *server) open(m *Msg) (Msg, error) {
@@ -205,7 +203,10 @@ func (s *server) read(m *Msg) (Msg, error) {
 	if m.X > MaxPayload {
 		return Msg{}, fmt.Errorf("gpuproc: read of %d bytes (at most %d a call)", m.X, MaxPayload)
 	}
-	dst := make([]byte, m.X)
+	if uint64(cap(s.rbuf)) < m.X {
+		s.rbuf = make([]byte, m.X)
+	}
+	dst := s.rbuf[:m.X]
 	return Msg{Data: dst}, s.b.Read(dst, m.Src)
 }
 

@@ -67,7 +67,7 @@ func runWorker(log zerolog.Logger) error {
 	if err != nil {
 		return err
 	}
-	s := &server{log: log, window: window, eng: eng, ready: make(chan struct{})}
+	s := &server{log: log, window: window, ready: make(chan struct{})}
 	go func() {
 		if err := s.serve(side, side, true); err != nil && !errors.Is(err, io.EOF) {
 			log.Warn().Err(err).Msg("gpuproc: side connection")
