@@ -11,6 +11,7 @@ import (
 	"github.com/gmig-dev/gmig/dirty"
 	"github.com/gmig-dev/gmig/engine/nvidia"
 	"github.com/gmig-dev/gmig/gtt"
+	"github.com/gmig-dev/gmig/internal/memprobe"
 	"github.com/gmig-dev/gmig/internal/migtest"
 	"github.com/gmig-dev/gmig/precopy/stream"
 	"github.com/gmig-dev/gmig/vgpu"
@@ -42,6 +43,16 @@ func gpuLocal(t *testing.T, v *vgpu.VGPU) []byte {
 	b := make([]byte, localBytes)
 	must(t, v.GPU().Read(b, []gtt.Extent{{Off: v.Partition().ApertureEnd(), Len: localBytes}}))
 	return b
+}
+
+// hostResident is how many pages of v's host local range (the receive
+// buffer, vgpu.LocalMemory) hold memory; measure it before anything reads
+// the range (a read maps the zero page, which counts).
+func hostResident(t *testing.T, v *vgpu.VGPU) int {
+	t.Helper()
+	n, err := memprobe.Resident(v.LocalMemory())
+	must(t, err)
+	return n
 }
 
 // TestGPULocalMemoryMigrates: a cuda vGPU's local memory, written by
@@ -91,6 +102,16 @@ func testGPULocalMigrates(t *testing.T, k, dstGPU int) {
 	must(t, err)
 	r := <-recv
 	must(t, r.err)
+	// The destination gave the host pages back once they were on its
+	// GPU: none of its local range is resident (without that it held all
+	// 64 received pages), yet its GPU holds the source's bytes (below),
+	// the five pages re-sent at the stop (discarded after the pre-copy's
+	// flush, received again) included; the guest running there does not
+	// bring them back (at the end).
+	held := hostResident(t, dst.V)
+	if held != 0 {
+		t.Errorf("the destination's host local range holds %d resident pages after the migration, want 0 (all %d are on its GPU)", held, localBytes/pg)
+	}
 
 	if rep.Stop.Streams != k {
 		t.Errorf("stop phase on %d streams, want %d", rep.Stop.Streams, k)
@@ -129,10 +150,14 @@ func testGPULocalMigrates(t *testing.T, k, dstGPU int) {
 	if !bytes.Equal(got, sl[30*pg:31*pg]) {
 		t.Error("on the destination, the guest's local graphics addresses do not reach the migrated page")
 	}
+	if n := hostResident(t, dst.V); n > held {
+		t.Errorf("the guest's work on the destination brought %d host local pages back", n-held)
+	}
 }
 
 // TestGPULocalMemoryStopCopy: stop-and-copy reads every local page from
-// the GPU at the stop.
+// the GPU at the stop; the destination loads them all before the restore
+// and gives their host pages back after its verdict.
 func TestGPULocalMemoryStopCopy(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -149,10 +174,69 @@ func TestGPULocalMemoryStopCopy(t *testing.T) {
 	rep, err := s.Stop(ctx)
 	must(t, err)
 	must(t, (<-recv).err)
+	if n := hostResident(t, dst.V); n != 0 {
+		t.Errorf("the destination's host local range holds %d resident pages after the migration, want 0", n)
+	}
 	if rep.Stop.LocalPages != localBytes/stream.PageSize {
 		t.Errorf("local pages at the stop %d, want all %d", rep.Stop.LocalPages, localBytes/stream.PageSize)
 	}
 	if !bytes.Equal(gpuLocal(t, src.V), gpuLocal(t, dst.V)) {
 		t.Fatal("destination local memory differs from the source's")
+	}
+}
+
+// TestGPULocalMemoryMigratesBack: a cuda vGPU migrates from model GPU 0
+// to GPU 1 and, after its guest wrote local memory there, on to a fresh
+// vGPU on GPU 0 (the first source closed, freeing its device address).
+// The second migration's source is a destination whose host receive
+// buffer was given back: it reads local memory from its GPU, never from
+// that buffer, so what arrives equals what it held — the first hop's
+// bytes and the guest's new page — and neither host range holds pages
+// afterwards.
+func TestGPULocalMemoryMigratesBack(t *testing.T) {
+	save := flushPages
+	flushPages = 8
+	defer func() { flushPages = save }()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	src, dst := cudaLocalPair(t)
+	vm, ga := localGuest(ctx, t, src)
+	d := vm.Driver()
+	migrate := func(from, to *migtest.Served) {
+		t.Helper()
+		a, b := migtest.TCPPair(t)
+		recv := receive(ctx, b, to.V, Options{Log: migtest.Log})
+		s, err := NewSource(from.V, a, Options{Strategy: OneShot, Workers: 2, SerialStop: true, Log: migtest.Log})
+		must(t, err)
+		defer s.Close()
+		must(t, s.Precopy(ctx))
+		_, err = s.Stop(ctx)
+		must(t, err)
+		must(t, (<-recv).err)
+	}
+
+	migrate(src, dst)
+	first := gpuLocal(t, src.V)
+	migtest.MoveTo(t, vm, dst)
+	dst.V.Resume()
+	const pg = stream.PageSize
+	must(t, d.Fill(ga+28*pg, pg, 0x0badf00d)) // local page 28 (the guest allocated 0-31), on GPU 1
+	must(t, d.Wait(ctx, d.Fence(0)))
+	must(t, src.V.Close())
+	back := localVGPUOn(t, vgpu.Config{Name: "back", Backend: vgpu.BackendCUDA, GPU: 0}, 2*localGfx)
+
+	migrate(dst, back)
+	if n := hostResident(t, dst.V); n != 0 {
+		t.Errorf("the second migration's source holds %d host local pages, want 0: it reads local memory from its GPU", n)
+	}
+	if n := hostResident(t, back.V); n != 0 {
+		t.Errorf("the last destination holds %d host local pages, want 0", n)
+	}
+	left, got := gpuLocal(t, dst.V), gpuLocal(t, back.V)
+	if !bytes.Equal(got, left) {
+		t.Fatal("the local memory that came back differs from what left GPU 1")
+	}
+	if !bytes.Equal(got[:16*pg], first[:16*pg]) || bytes.Count(got[28*pg:29*pg], []byte{0x0d, 0xf0, 0xad, 0x0b}) != pg/4 {
+		t.Error("the first hop's bytes or the guest's page on GPU 1 did not come back")
 	}
 }

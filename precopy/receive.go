@@ -72,8 +72,10 @@ func (d *dest) run(ctx context.Context) error {
 			err = writeVerdict(d.verdict, meta{OK: true, Report: &d.rep})
 		}
 		if err == nil {
+			d.local.release() // the stop phase's local pages, on the GPU now
 			d.log.Info().Uint64("pool_offset", d.v.Partition().Offset).Dur("restore", d.rep.Stop.Restore).
 				Dur("replay", d.rep.Stop.Replay).Int("stop_pages", d.rep.Stop.DirtyPages).
+				Int("local_pages_to_gpu", d.local.loadedPages()).
 				Msg("migration received; vGPU quiesced until the VM runs")
 			return nil
 		}
@@ -149,7 +151,7 @@ func (d *dest) receive(ctx context.Context) (err error) {
 		return err
 	}
 	mem := d.v.DeviceMemory() // graphics pages, then device-local pages
-	if d.local = newLocalSink(d.v); d.local != nil {
+	if d.local = newLocalSink(d.v, d.log); d.local != nil {
 		r.SetClaim(d.local.claim(nil)) // local pages go on to the GPU (local_dest.go)
 	}
 	for {
@@ -337,7 +339,9 @@ func (d *dest) restore() error {
 	replay := time.Since(t)
 
 	t = time.Now()
-	if err := d.local.flush(); err != nil { // the stop phase's local pages, to the GPU
+	// The stop phase's local pages, to the GPU; their host pages are
+	// released after the verdict (run), outside the downtime.
+	if err := d.local.loadNoted(); err != nil {
 		return err
 	}
 	if err := d.v.RestoreMigrated(m); err != nil {

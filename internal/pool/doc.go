@@ -15,6 +15,10 @@
 // AllocLocal maps private anonymous memory right after the graphics
 // memory, so the engine and shadow GTT reach it by pool offset like the
 // rest, while no file holds it and no client is ever handed it.
+// DiscardLocal hands part of it back to the kernel (it reads as zeros
+// after): where local memory lives on a GPU, the range is only a
+// migration's receive buffer, and the destination discards what it has
+// copied to the GPU.
 //
 // Isolation. A partition's memfd holds that partition's bytes and nothing
 // else: a client cannot reach another partition through it at any offset,

@@ -280,6 +280,38 @@ func (p *Pool) Free(part Partition) error {
 	return nil
 }
 
+// DiscardLocal gives the host memory behind bytes [off, off+n) of pt's
+// device-local memory back to the kernel: those bytes read as zeros
+// afterwards and hold no memory until they are written again. It is for
+// local memory whose content lives elsewhere (a cuda vGPU's, on the GPU,
+// where the range is only a migration's receive buffer); on the software
+// back end it would erase the vGPU's memory. off and n must be multiples
+// of PageSize (ErrAlign, ErrSize; n may be 0) and the range inside pt's
+// local memory (ErrRange); pt must be allocated (ErrNotFound).
+func (p *Pool) DiscardLocal(pt Partition, off, n uint64) error {
+	if off%PageSize != 0 {
+		return fmt.Errorf("%w: local offset %#x", ErrAlign, off)
+	}
+	if n%PageSize != 0 {
+		return fmt.Errorf("%w: %d local bytes to discard", ErrSize, n)
+	}
+	if off > pt.Local || n > pt.Local-off {
+		return fmt.Errorf("%w: local bytes [%#x, %#x) of %v, which has %#x", ErrRange, off, off+n, pt, pt.Local)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return ErrClosed
+	}
+	if _, ok := p.findLocked(pt); !ok {
+		return fmt.Errorf("%w: %v", ErrNotFound, pt)
+	}
+	if n == 0 {
+		return nil
+	}
+	return discardLocal(p.mem, pt.ApertureEnd()+off, n)
+}
+
 // Partitions lists the allocated partitions by offset.
 func (p *Pool) Partitions() []Partition {
 	p.mu.Lock()

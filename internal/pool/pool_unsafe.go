@@ -82,6 +82,22 @@ func mapLocal(mem []byte, off, size uint64) error {
 	return nil
 }
 
+// discardLocal drops the pages of [off, off+size) of mem, a range of
+// local memory (mapLocal's private anonymous mapping), with
+// madvise(MADV_DONTNEED): for a private anonymous mapping the pages are
+// freed at once and the range reads as zero-fill-on-demand memory after
+// (madvise(2)). The alternatives do not fit: local memory is in no file,
+// so there is no memfd to punch a hole in (fallocate(2)
+// FALLOC_FL_PUNCH_HOLE), MADV_REMOVE refuses private mappings (EINVAL),
+// and MADV_FREE frees only under memory pressure, leaving the pages
+// counted against gmigd until then.
+func discardLocal(mem []byte, off, size uint64) error {
+	if err := unix.Madvise(mem[off:off+size], unix.MADV_DONTNEED); err != nil {
+		return fmt.Errorf("pool: discarding %d bytes of local memory at %#x: %w", size, off, err)
+	}
+	return nil
+}
+
 // unmapPartition puts [off, off+size) of mem back to reserved address
 // space: the partition's pages leave gmigd's address space, and touching
 // the range faults again.
