@@ -51,9 +51,7 @@ func (c Config) backendDefaults() (Config, error) {
 	}
 	switch {
 	case c.Backend != BackendCUDA:
-		if c.GPUIsolation != "" {
-			return c, fmt.Errorf("%w: GPU isolation %q is for the %q back end", ErrConfig, c.GPUIsolation, BackendCUDA)
-		}
+		c.GPUIsolation = "" // a software vGPU has no GPU context
 	case c.GPUIsolation == "":
 		c.GPUIsolation = IsolationProcess
 	case c.GPUIsolation != IsolationProcess && c.GPUIsolation != IsolationShared:

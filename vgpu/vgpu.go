@@ -59,7 +59,7 @@ type Config struct {
 	// IsolationProcess (the default; a GPU worker process of its own) or
 	// IsolationShared (gmigd's; docs/nvidia.md, "Isolation"). Like GPU it
 	// is this host's choice, not part of the Spec: an arriving vGPU gets
-	// the destination's default.
+	// the destination's default. A software vGPU has none ("").
 	GPUIsolation string `json:"gpu_isolation,omitempty"`
 }
 

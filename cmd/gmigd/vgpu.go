@@ -72,7 +72,7 @@ type vgpuFlags struct {
 func (v *vgpuFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&v.backend, "backend", vgpu.BackendSoftware, "what runs the vGPU's commands: software, or cuda (the NVIDIA GPU gmigd serve -gpu chose; docs/nvidia.md)")
 	fs.BoolVar(&v.guestModules, "guest-modules", false, "cuda: let the guest load its own PTX (see docs/nvidia.md, Isolation)")
-	fs.StringVar(&v.gpuIsolation, "gpu-isolation", "", "cuda: where the vGPU's GPU context lives: process (default: a GPU worker process of its own) or shared (gmigd's, with every other shared vGPU; docs/nvidia.md, Isolation)")
+	fs.StringVar(&v.gpuIsolation, "gpu-isolation", "", "cuda: where the vGPU's GPU context lives: process (default: a GPU worker process of its own) or shared (gmigd's, with every other shared vGPU; docs/nvidia.md, Isolation); ignored for software vGPUs")
 	fs.Var(&v.localMem, "local-mem", "device-local memory beside the graphics memory, reached by commands only (a multiple of 4K; default none; docs/device-abi.md §1.3)")
 }
 
