@@ -46,7 +46,9 @@ type Config struct {
 // order; LaunchGrid is posted (no round trip; a failure answers the next
 // call); side calls (Stats, ModelWrite, the local tracker) go over a
 // second connection so that they run beside the engine's, as on the
-// in-process back end. Safe for concurrent use.
+// in-process back end. Like every engine.Backend its engine methods are
+// called by one goroutine at a time (the engine's); DeviceAddrBase,
+// Stats, ModelWrite, a local tracker and Close may be called from any.
 type Client struct {
 	cfg  Config
 	log  zerolog.Logger
@@ -76,7 +78,6 @@ type Client struct {
 
 	closing atomic.Bool
 	exited  chan struct{} // closed when the worker has been waited for
-	exitErr error         // its exit, once exited is closed
 }
 
 // posts holds posted frames until the poster goroutine (or the next call)
@@ -192,7 +193,6 @@ func (c *Client) supervise() {
 	if err == nil {
 		err = errors.New("exited")
 	}
-	c.exitErr = err
 	c.markLost(fmt.Errorf("the worker (pid %d) %w", c.cmd.Process.Pid, err))
 	if !c.closing.Load() {
 		c.log.Error().Str("cause", c.cmd.ProcessState.String()).
@@ -352,6 +352,13 @@ func (c *Client) Close() error {
 		<-c.exited
 		return nil
 	}
+	// A worker that neither answers nor exits in time is killed: its exit
+	// ends a call waiting on it.
+	kill := time.AfterFunc(closeWait, func() {
+		c.log.Warn().Msg("gpuproc: the GPU worker did not close in time: killing it")
+		_ = c.cmd.Process.Kill()
+	})
+	defer kill.Stop()
 	var errs []error
 	if c.lost.Load() == nil {
 		if _, err := c.call(c.eng, OpClose, &Msg{}); err != nil && !errors.Is(err, ErrWorkerLost) {
@@ -360,18 +367,13 @@ func (c *Client) Close() error {
 	}
 	c.eng.shut() // the worker exits when its engine connection closes
 	c.side.shut()
-	select {
-	case <-c.exited:
-	case <-time.After(closeWait):
-		c.log.Warn().Msg("gpuproc: the GPU worker did not exit: killing it")
-		_ = c.cmd.Process.Kill()
-		<-c.exited
-	}
+	<-c.exited
 	c.log.Info().Str("exit", c.cmd.ProcessState.String()).Msg("gpuproc: GPU worker stopped")
 	return errors.Join(errs...)
 }
 
-// closeWait is how long Close waits for the worker to exit by itself.
+// closeWait is how long Close waits for the worker to close its back end
+// and exit.
 const closeWait = 10 * time.Second
 
 func (c *Client) Name() string { return "nvidia" }

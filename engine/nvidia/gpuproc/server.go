@@ -92,9 +92,13 @@ func (s *server) serve(r io.Reader, w io.Writer, side bool) error {
 		}
 		var rep Msg
 		if err == nil {
-			rep, err = s.dispatch(h, &m)
+			rep, err = s.dispatch(h, &m, side)
 		}
 		if h.Kind == KindPost {
+			if side { // refused by check: nothing to answer, nothing to defer
+				s.log.Warn().Err(err).Msg("gpuproc: a post on the side connection")
+				continue
+			}
 			if err != nil && s.deferred == nil {
 				s.deferred = fmt.Errorf("gpuproc: %w: a posted %s failed: %w", engine.ErrLaunchFailed, h.Op, err)
 			}
@@ -147,8 +151,8 @@ func (s *server) check(h Header, side bool) error {
 // the answer of the call after it (Sync and Close run as well, and join
 // it, as the in-process back end's Sync reports a kernel's failure and
 // still writes back).
-func (s *server) dispatch(h Header, m *Msg) (Msg, error) {
-	if s.deferred != nil && h.Kind == KindCall && !layouts[h.Op].side {
+func (s *server) dispatch(h Header, m *Msg, side bool) (Msg, error) {
+	if !side && s.deferred != nil && h.Kind == KindCall {
 		err := s.deferred
 		s.deferred = nil
 		if h.Op != OpSync && h.Op != OpClose {

@@ -3,9 +3,13 @@ package gpuproc
 import (
 	"bytes"
 	"errors"
+	"net"
 	"testing"
 
+	"github.com/rs/zerolog"
+
 	"github.com/gmig-dev/gmig/engine"
+	"github.com/gmig-dev/gmig/engine/nvidia"
 	"github.com/gmig-dev/gmig/gtt"
 )
 
@@ -98,4 +102,52 @@ func FuzzDecodeFrame(f *testing.F) {
 			t.Fatalf("%s %s decoded from %x re-encodes as %x", kindName(h.Kind), h.Op, b, again)
 		}
 	})
+}
+
+// TestServerAnswersMalformed: the worker's request loop answers a request
+// it cannot take with an error and goes on: one before open, one whose
+// payload does not decode, one on the wrong connection; then it opens and
+// serves.
+func TestServerAnswersMalformed(t *testing.T) {
+	t.Setenv(nvidia.ModelEnv, "1")
+	s := &server{log: zerolog.Nop(), window: make([]byte, 1<<20), ready: make(chan struct{})}
+	client, worker := net.Pipe()
+	defer client.Close()
+	done := make(chan error, 1)
+	go func() { done <- s.serve(worker, worker, false) }()
+	fr := newFrameReader(client)
+	exchange := func(frame []byte) (Header, Msg) {
+		t.Helper()
+		if _, err := client.Write(frame); err != nil {
+			t.Fatal(err)
+		}
+		h, m, err := fr.next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h, m
+	}
+	badFill := []byte{8, 0, 0, 0, byte(KindCall), byte(OpFill), 0, 0, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0}
+	for name, frame := range map[string][]byte{
+		"sync before open": appendFrame(nil, KindCall, OpSync, &Msg{}),
+		"undecodable fill": badFill,
+		"a side call":      appendFrame(nil, KindCall, OpStats, &Msg{}),
+	} {
+		h, m := exchange(frame)
+		if h.Kind != KindError || !errors.Is(remoteErrorOf(m), ErrMalformed) {
+			t.Errorf("%s: answered %s %q, want an error wrapping ErrMalformed", name, kindName(h.Kind), m.Str)
+		}
+	}
+	if h, m := exchange(appendFrame(nil, KindCall, OpOpen, &Msg{Str: "t"})); h.Kind != KindReply {
+		t.Fatalf("open: %s %q", kindName(h.Kind), m.Str)
+	}
+	if h, m := exchange(appendFrame(nil, KindCall, OpSync, &Msg{})); h.Kind != KindReply {
+		t.Fatalf("sync after open: %s %q", kindName(h.Kind), m.Str)
+	}
+	if h, _ := exchange(appendFrame(nil, KindCall, OpClose, &Msg{})); h.Kind != KindReply {
+		t.Fatal("close refused")
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("serve after close: %v", err)
+	}
 }
