@@ -6,7 +6,8 @@
 //
 // The worker is this very executable run again with WorkerEnv set: the
 // package's init serves the back end (worker.go, server.go) and exits
-// before main runs. gmigd's side is Client (client.go), an
+// before main runs. gmigd's side is Client (client.go: the worker's
+// life and the connections; backend.go, tracker.go: the methods), an
 // nvidia.VGPUBackend over the protocol (wire.go): framed requests on a
 // unix stream socket for the engine's calls, in order, with launches
 // posted and write-backs reported before the call's reply, and a second
