@@ -20,11 +20,11 @@ import (
 // scribbleB runs the attack on vGPUs of isolation iso and returns A's
 // cuCtxSynchronize after the launch, what B reads back of the buffer it
 // filled, and that buffer's pattern.
-func scribbleB(t *testing.T, iso string) (aSync Result, a, b *Lib, got, want []byte, vb *vgpu.VGPU) {
+func scribbleB(t *testing.T, iso string) (aSync Result, a, b *Lib, got, want []byte, va, vb *vgpu.VGPU) {
 	t.Helper()
 	t.Setenv(nvidia.ModelEnv, "1")
 	p := migtest.NewPool(t, 4*(testMem+localSize))
-	a, _ = gridLibIn(t, p, "a", iso, Config{})
+	a, va = gridLibIn(t, p, "a", iso, Config{})
 	b, vb = gridLibIn(t, p, "b", iso, Config{})
 	const n = 64 << 10
 	want = bytes.Repeat([]byte("victim B"), n/8)
@@ -46,7 +46,7 @@ func scribbleB(t *testing.T, iso string) (aSync Result, a, b *Lib, got, want []b
 	aSync = a.CtxSynchronize(thread)
 	got = make([]byte, n)
 	must(t, b.MemcpyDtoH(thread, got, pb))
-	return aSync, a, b, got, want, vb
+	return aSync, a, b, got, want, va, vb
 }
 
 // TestScribbleContainedByWorkers: with a GPU worker per vGPU (isolation
@@ -56,7 +56,7 @@ func scribbleB(t *testing.T, iso string) (aSync Result, a, b *Lib, got, want []b
 // bytes are unchanged and B keeps running commands; removing A ends its
 // worker.
 func TestScribbleContainedByWorkers(t *testing.T) {
-	aSync, a, b, got, want, _ := scribbleB(t, vgpu.IsolationProcess)
+	aSync, a, b, got, want, _, _ := scribbleB(t, vgpu.IsolationProcess)
 	if aSync != Result(abi.CudaErrorLaunchFailed) {
 		t.Errorf("A's cuCtxSynchronize after the scribble: %d, want 719", aSync)
 	}
@@ -80,7 +80,7 @@ func TestScribbleContainedByWorkers(t *testing.T) {
 // same kernel reaches B's memory: A's launch succeeds and B's bytes are
 // the pattern. The hazard the worker processes remove, seen.
 func TestScribbleSharedContext(t *testing.T) {
-	aSync, _, _, got, _, _ := scribbleB(t, vgpu.IsolationShared)
+	aSync, _, _, got, _, _, _ := scribbleB(t, vgpu.IsolationShared)
 	if aSync != Success {
 		t.Errorf("A's cuCtxSynchronize after the scribble: %d, want success", aSync)
 	}
@@ -89,18 +89,21 @@ func TestScribbleSharedContext(t *testing.T) {
 	}
 }
 
-// TestRemoveEndsWorker: destroying a process-isolated vGPU ends its
-// worker; no process is left.
+// TestRemoveEndsWorker: destroying process-isolated vGPUs ends their
+// workers, the one whose context A's fault left failed and B's; no
+// process is left.
 func TestRemoveEndsWorker(t *testing.T) {
-	_, _, _, _, _, vb := scribbleB(t, vgpu.IsolationProcess)
-	pid := vb.GPUWorkerPID()
-	if pid == 0 {
-		t.Fatal("B has no GPU worker")
-	}
-	if err := vb.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Kill(pid, 0); err != syscall.ESRCH {
-		t.Errorf("B's worker (pid %d) after its vGPU closed: %v, want ESRCH", pid, err)
+	_, _, _, _, _, va, vb := scribbleB(t, vgpu.IsolationProcess)
+	for _, v := range []*vgpu.VGPU{va, vb} {
+		pid := v.GPUWorkerPID()
+		if pid == 0 {
+			t.Fatalf("%s has no GPU worker", v.Name())
+		}
+		if err := v.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Kill(pid, 0); err != syscall.ESRCH {
+			t.Errorf("%s's worker (pid %d) after its vGPU closed: %v, want ESRCH", v.Name(), pid, err)
+		}
 	}
 }
