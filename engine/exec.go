@@ -228,9 +228,12 @@ func (e *Engine) exec(c Command) result {
 }
 
 // backendFail is a back-end failure of a command that may have written xs.
-// The guest sees ERR_STATUS.COMMAND: the device could not carry it out.
+// The guest sees ERR_STATUS.COMMAND: the device could not carry it out;
+// its stream answers what CUDA would: the sticky code of a lost context
+// (StickyCode), else the code of a failed command.
 func (e *Engine) backendFail(err error, xs []gtt.Extent) result {
 	r := fail(abi.ErrCommand, e.backendErr(err))
+	r.cuda = StickyCode(err)
 	r.wrote = xs
 	return r
 }

@@ -23,6 +23,21 @@ import (
 // before; the engine reports the fault when the report comes.
 var ErrLaunchFailed = errors.New("engine: a launched kernel failed")
 
+// StickyCode is the CUDA code a back end's error carries when the device
+// context the vGPU runs in is lost for good — a faulting kernel left a
+// sticky error in it (as CUDA does), or the process holding it is gone —
+// else 0. Errors say so by implementing StickyCode() uint32 anywhere in
+// their chain (cuda.Error does, and so does the GPU worker's client). A
+// command that fails with one answers that code on its stream, as the CUDA
+// call that does the same work would (docs/device-abi.md §6.10).
+func StickyCode(err error) uint32 {
+	var s interface{ StickyCode() uint32 }
+	if errors.As(err, &s) {
+		return s.StickyCode()
+	}
+	return 0
+}
+
 // paramLayout is a guest module's parameter-buffer size as its PTX
 // declares it, or why the PTX cannot say.
 type paramLayout struct {

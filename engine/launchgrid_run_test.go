@@ -217,10 +217,29 @@ func runLaunchGridFault(t *testing.T, opt harnessOpt) {
 	if r := h.e.Regs(); r.FenceDone != 5 {
 		t.Errorf("FENCE_DONE %d, want 5", r.FenceDone)
 	}
-	launchOK(t, h, "empty", grid1, nil)
+
+	// The failure is sticky, as CUDA's is for the context: a later
+	// command that runs on the device fails, answering 719 on its stream,
+	// and so does a later launch.
+	h.pushOn(9, Fill{Dst: tDataGA, Len: 4096, Pattern: 1})
+	off = h.pushOn(10, LaunchGrid{Handle: gridHandles["empty"], Grid: grid1, Params: tGridParams})
+	h.doorbell()
+	h.wait()
+	f = h.ev.takeFaults()
+	if len(f) != 2 || f[0].Code != abi.ErrCommand || f[0].Opcode != abi.OpFill || f[1].Code != abi.ErrKernel || f[1].RingOffset != off {
+		t.Fatalf("after the fault: faults %+v, want the FILL's COMMAND and the launch's KERNEL at %d", f, off)
+	}
+	for _, s := range []uint32{9, 10} {
+		if code, _ := h.e.Stream(s); code != abi.CudaErrorLaunchFailed {
+			t.Errorf("stream %d code %d after the fault, want %d", s, code, abi.CudaErrorLaunchFailed)
+		}
+	}
 
 	// Unloading a module waits for its queued kernels: the failure is
-	// reported then, against the launch.
+	// reported then, against the launch (a fresh back end: the first one's
+	// context is lost).
+	h = newHarness(t, 82, 4096, opt, func(h *harness, c *Config) { c.Streams = true })
+	loadKernels13(t, h)
 	h.write(tGridParams, gridParams([]uint64{0x10, 0x10, 0x10}, 8))
 	off = h.pushOn(8, LaunchGrid{Handle: gridHandles["vecAdd"], Grid: grid1, Params: tGridParams, Len: 28})
 	h.pushOn(9, KernelUnload{Handle: gridHandles["vecAdd"]})

@@ -105,9 +105,13 @@ func TestNVIDIAModelLaunchGrid(t *testing.T) {
 }
 
 // TestNVIDIAModelLaunchGridFault: a kernel that faults on the model is
-// reported at the next fence against its launch.
+// reported at the next fence against its launch, and the model's context
+// answers 719 from then on. Each back end gets a model GPU of its own: a
+// faulted one stays lost.
 func TestNVIDIAModelLaunchGridFault(t *testing.T) {
-	engine.RunLaunchGridFault(t, onNVIDIA(nvidia.NewModelGPU(), true))
+	engine.RunLaunchGridFault(t, func(t testing.TB, window []byte) engine.Backend {
+		return onNVIDIA(nvidia.NewModelGPU(), true)(t, window)
+	})
 }
 
 // BenchmarkNVIDIAModelLaunchGrid: the engine's cost per LAUNCH_GRID (ring

@@ -67,6 +67,10 @@ type CreateRequest struct {
 	// LocalMemSize is the vGPU's device-local memory in bytes (a multiple
 	// of 4096; 0: none; docs/device-abi.md §1.3).
 	LocalMemSize uint64 `json:"local_mem_size,omitempty"`
+	// GPUIsolation is where a cuda vGPU's GPU context lives: "process"
+	// (the default: a GPU worker process of its own) or "shared"
+	// (gmigd's; docs/nvidia.md, "Isolation").
+	GPUIsolation string `json:"gpu_isolation,omitempty"`
 }
 
 // maxRequestBody bounds what the API reads from a request.
@@ -89,7 +93,7 @@ func (h *Host) Handler() http.Handler {
 			return
 		}
 		info, err := h.Create(vgpu.Config{Name: req.Name, MemSize: req.MemSize, GTTEntries: req.GTTEntries,
-			Backend: req.Backend, GuestModules: req.GuestModules, LocalMemSize: req.LocalMemSize})
+			Backend: req.Backend, GuestModules: req.GuestModules, LocalMemSize: req.LocalMemSize, GPUIsolation: req.GPUIsolation})
 		if err != nil {
 			writeError(w, err)
 			return

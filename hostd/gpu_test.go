@@ -30,7 +30,7 @@ func vgpuGPU(t *testing.T, h *Host, name string) string {
 	if v.GPU() == nil {
 		return ""
 	}
-	return v.GPU().GPU().Info().UUID
+	return v.GPU().Info().UUID
 }
 
 // TestGPUChoice: -gpu picks the GPU cuda vGPUs run on, by index or by

@@ -100,8 +100,13 @@ type Info struct {
 	GTTEntries uint32 `json:"gtt_entries"`
 	Backend    string `json:"backend"` // software or cuda
 	// LocalMemSize is the device-local memory (0: none).
-	LocalMemSize uint64     `json:"local_mem_size,omitempty"`
-	GPU          string     `json:"gpu,omitempty"` // cuda: the UUID of the GPU it runs on
+	LocalMemSize uint64 `json:"local_mem_size,omitempty"`
+	GPU          string `json:"gpu,omitempty"` // cuda: the UUID of the GPU it runs on
+	// GPUIsolation is a cuda vGPU's: "process" or "shared" (vgpu.Config).
+	GPUIsolation string `json:"gpu_isolation,omitempty"`
+	// GPUWorkerPID is the process id of its GPU worker (isolation
+	// "process"; 0 when it has none, or the worker has ended).
+	GPUWorkerPID int        `json:"gpu_worker_pid,omitempty"`
 	PoolOffset   uint64     `json:"pool_offset"`
 	Stats        vgpu.Stats `json:"stats"`
 }
@@ -292,7 +297,8 @@ func (s *served) info() Info {
 		LocalMemSize: c.LocalMemSize, PoolOffset: s.v.Partition().Offset, Stats: s.v.Stats(),
 	}
 	if g := s.v.GPU(); g != nil {
-		info.GPU = g.GPU().Info().UUID
+		info.GPU = g.Info().UUID
+		info.GPUIsolation, info.GPUWorkerPID = c.GPUIsolation, s.v.GPUWorkerPID()
 	}
 	return info
 }

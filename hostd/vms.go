@@ -142,6 +142,7 @@ type StartVMRequest struct {
 	Backend      string    `json:"vgpu_backend,omitempty"`
 	GuestModules bool      `json:"vgpu_guest_modules,omitempty"`
 	LocalMemSize uint64    `json:"vgpu_local_mem_size,omitempty"`
+	GPUIsolation string    `json:"vgpu_gpu_isolation,omitempty"`
 	QEMU         qemu.Spec `json:"qemu"`
 }
 
@@ -160,7 +161,7 @@ func (h *Host) StartVM(ctx context.Context, req StartVMRequest) (VMInfo, error) 
 		return VMInfo{}, fmt.Errorf("%w: %s", ErrVMExists, req.Name)
 	}
 	s, err := h.createLocked(vgpu.Config{Name: req.Name, MemSize: req.MemSize, GTTEntries: req.GTTEntries,
-		Backend: req.Backend, GuestModules: req.GuestModules, LocalMemSize: req.LocalMemSize}, stateLive)
+		Backend: req.Backend, GuestModules: req.GuestModules, LocalMemSize: req.LocalMemSize, GPUIsolation: req.GPUIsolation}, stateLive)
 	if err == nil {
 		h.vms[req.Name] = &vmRec{name: req.Name, kind: KindQEMU, vgpu: req.Name, state: "starting", ownsVGPU: true}
 	}

@@ -4,11 +4,12 @@ package precopy
 
 // Device-local memory of a cuda vGPU migrating on a real GPU: built only
 // with -tags cuda; each test skips, saying why, without a driver or GPU.
-// Device addresses are one space per process (CUDA's unified addressing),
-// so a destination in the source's process cannot have the source's
-// DEVICE_ADDR_BASE: in process the migration is refused and rolls back;
-// a destination in a child process (this test binary run again) gets it,
-// as one on another host does.
+// Device addresses are one space per CUDA context (CUDA's unified
+// addressing), so a destination in the source's context (isolation
+// "shared") cannot have the source's DEVICE_ADDR_BASE: the migration is
+// refused and rolls back; a destination in a child process (this test
+// binary run again) gets it, as one on another host does, and so does one
+// with a GPU worker of its own (isolation "process", the default).
 
 import (
 	"bytes"
@@ -48,6 +49,11 @@ func cudaLocalOn0(t *testing.T, name string, pad uint64) *migtest.Served {
 	return localVGPUOn(t, vgpu.Config{Name: name, Backend: vgpu.BackendCUDA}, pad)
 }
 
+// sharedLocalOn0 is cudaLocalOn0 in gmigd's own CUDA context.
+func sharedLocalOn0(t *testing.T, name string, pad uint64) *migtest.Served {
+	return localVGPUOn(t, vgpu.Config{Name: name, Backend: vgpu.BackendCUDA, GPUIsolation: vgpu.IsolationShared}, pad)
+}
+
 // behindEngine writes b at local offset off straight through the back
 // end, with the engine quiesced: no engine write event, as a guest
 // kernel's store.
@@ -58,14 +64,15 @@ func behindEngine(t *testing.T, v *vgpu.VGPU, off uint64, b []byte) {
 	must(t, v.GPU().Write([]gtt.Extent{{Off: v.Partition().ApertureEnd() + off, Len: uint64(len(b))}}, b))
 }
 
-// TestGPULocalMemoryRefusedInProcess: both vGPUs in one process on one
-// GPU: the destination cannot place local memory at the source's device
-// address, refuses (nvidia.ErrDeviceAddr) and the source runs on.
+// TestGPULocalMemoryRefusedInProcess: both vGPUs in one CUDA context on
+// one GPU (isolation "shared"): the destination cannot place local memory
+// at the source's device address, refuses (nvidia.ErrDeviceAddr) and the
+// source runs on.
 func TestGPULocalMemoryRefusedInProcess(t *testing.T) {
 	needGPU(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	src, dst := cudaLocalOn0(t, "src", 0), cudaLocalOn0(t, "dst", localGfx)
+	src, dst := sharedLocalOn0(t, "src", 0), sharedLocalOn0(t, "dst", localGfx)
 	localGuest(ctx, t, src)
 	a, b := migtest.TCPPair(t)
 	recv := receive(ctx, b, dst.V, Options{Log: migtest.Log})

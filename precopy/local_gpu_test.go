@@ -25,10 +25,14 @@ import (
 
 // cudaLocalPair serves a source vGPU with local memory on model GPU 0 and
 // a destination on model GPU 1, at another pool offset.
-func cudaLocalPair(t *testing.T) (src, dst *migtest.Served) {
+func cudaLocalPair(t *testing.T) (src, dst *migtest.Served) { return cudaLocalPairOn(t, 1) }
+
+// cudaLocalPairOn is cudaLocalPair with the destination on model GPU
+// dstGPU (0: the source's; each vGPU has a GPU worker of its own).
+func cudaLocalPairOn(t *testing.T, dstGPU int) (src, dst *migtest.Served) {
 	t.Setenv(nvidia.ModelEnv, "2")
 	src = localVGPUOn(t, vgpu.Config{Name: "src", Backend: vgpu.BackendCUDA, GPU: 0}, 0)
-	dst = localVGPUOn(t, vgpu.Config{Name: "dst", Backend: vgpu.BackendCUDA, GPU: 1}, localGfx)
+	dst = localVGPUOn(t, vgpu.Config{Name: "dst", Backend: vgpu.BackendCUDA, GPU: dstGPU}, localGfx)
 	return src, dst
 }
 
@@ -61,20 +65,25 @@ func hostResident(t *testing.T, v *vgpu.VGPU) int {
 //
 // It runs with the stop phase on one stream and on three, and with the
 // destination copying arrived local pages to its GPU every 8 pages (so
-// during the pre-copy too, and pages sent twice are copied twice).
+// during the pre-copy too, and pages sent twice are copied twice). The
+// destination is on another model GPU, and (one-gpu) on the source's own
+// GPU in the same process: each vGPU's GPU worker has a device address
+// space of its own, so the destination gets the source's
+// DEVICE_ADDR_BASE beside it.
 func TestGPULocalMemoryMigrates(t *testing.T) {
 	save := flushPages
 	flushPages = 8
 	defer func() { flushPages = save }()
 	for _, k := range []int{1, 3} {
-		t.Run(fmt.Sprintf("streams=%d", k), func(t *testing.T) { testGPULocalMigrates(t, k) })
+		t.Run(fmt.Sprintf("streams=%d", k), func(t *testing.T) { testGPULocalMigrates(t, k, 1) })
 	}
+	t.Run("one-gpu", func(t *testing.T) { testGPULocalMigrates(t, 1, 0) })
 }
 
-func testGPULocalMigrates(t *testing.T, k int) {
+func testGPULocalMigrates(t *testing.T, k, dstGPU int) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	src, dst := cudaLocalPair(t)
+	src, dst := cudaLocalPairOn(t, dstGPU)
 	vm, ga := localGuest(ctx, t, src)
 	d := vm.Driver()
 	s, recv, _ := startOnStreams(ctx, t, src.V, dst.V, k, Options{Strategy: OneShot, Workers: 2, SerialStop: true, Log: migtest.Log})
@@ -86,9 +95,9 @@ func testGPULocalMigrates(t *testing.T, k int) {
 	must(t, d.Wait(ctx, d.Fence(0)))
 	kernel := []byte("written by a guest kernel, unseen by the engine")
 	g := src.V.GPU()
-	g.GPU().ModelWrite(g.DeviceAddrBase()+30*pg+123, kernel)        // local page 30 (the guest allocated 0-31)
-	g.GPU().ModelWrite(g.DeviceAddrBase()+localBytes-8, kernel[:8]) // local page 63
-	g.GPU().ModelWrite(g.DeviceAddrBase()+3*pg, make([]byte, 0))    // nothing
+	must(t, g.ModelWrite(g.DeviceAddrBase()+30*pg+123, kernel))        // local page 30 (the guest allocated 0-31)
+	must(t, g.ModelWrite(g.DeviceAddrBase()+localBytes-8, kernel[:8])) // local page 63
+	must(t, g.ModelWrite(g.DeviceAddrBase()+3*pg, make([]byte, 0)))    // nothing
 	rep, err := s.Stop(ctx)
 	must(t, err)
 	r := <-recv
@@ -155,7 +164,7 @@ func TestGPULocalMemoryStopCopy(t *testing.T) {
 	src, dst := cudaLocalPair(t)
 	localGuest(ctx, t, src)
 	g := src.V.GPU()
-	g.GPU().ModelWrite(g.DeviceAddrBase()+50*stream.PageSize, []byte("kernel"))
+	must(t, g.ModelWrite(g.DeviceAddrBase()+50*stream.PageSize, []byte("kernel")))
 	a, b := migtest.TCPPair(t)
 	recv := receive(ctx, b, dst.V, Options{Log: migtest.Log})
 	s, err := NewSource(src.V, a, Options{Strategy: StopCopy, Workers: 2, SerialStop: true, Log: migtest.Log})

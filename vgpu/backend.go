@@ -5,6 +5,7 @@ import (
 
 	"github.com/gmig-dev/gmig/engine"
 	"github.com/gmig-dev/gmig/engine/nvidia"
+	"github.com/gmig-dev/gmig/engine/nvidia/gpuproc"
 	"github.com/gmig-dev/gmig/internal/pool"
 )
 
@@ -16,6 +17,20 @@ const (
 	// CUDA driver API, with graphics memory mirrored in GPU memory and
 	// device-local memory in GPU memory alone (docs/nvidia.md).
 	BackendCUDA = "cuda"
+)
+
+// Where a CUDA vGPU's back end, and so its GPU context, lives
+// (Config.GPUIsolation; docs/nvidia.md, "Isolation").
+const (
+	// IsolationProcess runs it in a GPU worker process of its own that
+	// gmigd starts and supervises (engine/nvidia/gpuproc): its own CUDA
+	// context, so the GPU's MMU keeps its kernels out of other vGPUs'
+	// memory and a faulting kernel ends only this vGPU. The default.
+	IsolationProcess = "process"
+	// IsolationShared runs it in gmigd's own CUDA context, shared with
+	// every other shared CUDA vGPU of this gmigd: a guest kernel can reach
+	// their device memory, and a faulting one fails them all.
+	IsolationShared = "shared"
 )
 
 // GPUOrdinal is the GPU the CUDA back end uses unless Config.GPU says
@@ -34,6 +49,14 @@ func (c Config) backendDefaults() (Config, error) {
 	if c.GuestModules && c.Backend != BackendCUDA {
 		return c, fmt.Errorf("%w: guest modules need the %q back end", ErrConfig, BackendCUDA)
 	}
+	switch {
+	case c.Backend != BackendCUDA:
+		c.GPUIsolation = "" // a software vGPU has no GPU context
+	case c.GPUIsolation == "":
+		c.GPUIsolation = IsolationProcess
+	case c.GPUIsolation != IsolationProcess && c.GPUIsolation != IsolationShared:
+		return c, fmt.Errorf("%w: GPU isolation %q (want %q or %q)", ErrConfig, c.GPUIsolation, IsolationProcess, IsolationShared)
+	}
 	return c, nil
 }
 
@@ -46,9 +69,35 @@ func (v *VGPU) newBackend(mem []byte, part pool.Partition) (engine.Backend, erro
 		}
 		return engine.NewSoftware(mem), nil
 	}
-	g, err := nvidia.OpenGPU(v.cfg.GPU)
+	var b nvidia.VGPUBackend
+	var err error
+	if v.cfg.GPUIsolation == IsolationShared {
+		b, err = v.sharedBackend(mem, part)
+	} else {
+		b, err = gpuproc.Start(gpuproc.Config{
+			Name:      v.cfg.Name,
+			GPU:       v.cfg.GPU,
+			Memfd:     v.file,
+			Window:    mem[part.Offset:part.ApertureEnd():part.ApertureEnd()],
+			WindowOff: part.Offset,
+			LocalSize: part.Local, // on the GPU alone: the pool's local range stays untouched
+			Modules:   v.cfg.GuestModules,
+			Landed:    v.landed,
+			Log:       v.log,
+		})
+	}
 	if err != nil {
 		return nil, fmt.Errorf("vgpu %s: %s back end: %w", v.cfg.Name, BackendCUDA, err)
+	}
+	v.gpu = b
+	return b, nil
+}
+
+// sharedBackend is the CUDA back end in gmigd's own context.
+func (v *VGPU) sharedBackend(mem []byte, part pool.Partition) (nvidia.VGPUBackend, error) {
+	g, err := nvidia.OpenGPU(v.cfg.GPU)
+	if err != nil {
+		return nil, err
 	}
 	b, err := nvidia.NewNVIDIA(nvidia.NVIDIAConfig{
 		GPU:       g,
@@ -60,9 +109,8 @@ func (v *VGPU) newBackend(mem []byte, part pool.Partition) (engine.Backend, erro
 		Log:       v.log,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("vgpu %s: %s back end: %w", v.cfg.Name, BackendCUDA, err)
+		return nil, err
 	}
-	v.gpu = b
 	return b, nil
 }
 
@@ -79,8 +127,19 @@ func (v *VGPU) closeBackend() {
 }
 
 // GPU returns the vGPU's CUDA back end, or nil for the software back end:
-// its page hasher (for a migration's tracker) and traffic counters.
-func (v *VGPU) GPU() *nvidia.NVIDIA { return v.gpu }
+// its page hasher (for a migration's tracker), device-local memory and
+// traffic counters. It is in gmigd (isolation "shared") or a client of
+// the vGPU's GPU worker ("process").
+func (v *VGPU) GPU() nvidia.VGPUBackend { return v.gpu }
+
+// GPUWorkerPID is the process id of the vGPU's GPU worker (isolation
+// "process"), 0 without one or once it has ended.
+func (v *VGPU) GPUWorkerPID() int {
+	if c, ok := v.gpu.(*gpuproc.Client); ok && c.Alive() {
+		return c.Pid()
+	}
+	return 0
+}
 
 // placeLocal asks the CUDA back end for device-local memory at addr, the
 // saved RegDeviceAddrBase, before the engine's state, which must find it

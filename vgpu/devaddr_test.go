@@ -66,15 +66,16 @@ func TestDeviceAddrBase(t *testing.T) {
 }
 
 // TestDeviceAddrRestore: the engine's state carries DEVICE_ADDR_BASE; a
-// cuda vGPU restoring it where another vGPU of this process holds that
-// address refuses (ErrState wrapping nvidia.ErrDeviceAddr) and keeps its
-// own, and once the address is free the restore moves local memory there,
-// bytes intact. A state whose base differs from the software back end's
-// fixed one is refused too (engine.ErrDeviceAddr).
+// cuda vGPU restoring it where another vGPU of the same CUDA context
+// (isolation "shared") holds that address refuses (ErrState wrapping
+// nvidia.ErrDeviceAddr) and keeps its own, and once the address is free
+// the restore moves local memory there, bytes intact. A state whose base
+// differs from the software back end's fixed one is refused too
+// (engine.ErrDeviceAddr).
 func TestDeviceAddrRestore(t *testing.T) {
 	useCUDA(t)
 	p := newPool(t, 16<<20)
-	cfg := Config{Name: "a", MemSize: 1 << 20, LocalMemSize: devLocal, Backend: BackendCUDA}
+	cfg := Config{Name: "a", MemSize: 1 << 20, LocalMemSize: devLocal, Backend: BackendCUDA, GPUIsolation: IsolationShared}
 	a, err := New(cfg, p, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
@@ -138,5 +139,62 @@ func TestDeviceAddrRestore(t *testing.T) {
 	st.Engine.DeviceAddrBase += 2 << 20
 	if err := sw.Restore(st); !errors.Is(err, engine.ErrDeviceAddr) {
 		t.Fatalf("software restore of another base: %v, want engine.ErrDeviceAddr", err)
+	}
+}
+
+// TestDeviceAddrRestoreProcess: with a GPU worker per vGPU (isolation
+// "process", the default) each vGPU has a device address space of its
+// own, so a vGPU of the same gmigd gets another's DEVICE_ADDR_BASE while
+// that one still holds it (a destination beside its source), and neither's
+// bytes move.
+func TestDeviceAddrRestoreProcess(t *testing.T) {
+	useCUDA(t)
+	p := newPool(t, 16<<20)
+	cfg := Config{Name: "a", MemSize: 1 << 20, LocalMemSize: devLocal, Backend: BackendCUDA}
+	a, err := New(cfg, p, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	cfg.Name = "b"
+	b, err := New(cfg, p, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if a.Config().GPUIsolation != IsolationProcess {
+		t.Fatalf("default isolation %q, want %q", a.Config().GPUIsolation, IsolationProcess)
+	}
+	a.Quiesce()
+	b.Quiesce()
+	st, err := a.Save()
+	if err != nil {
+		t.Fatal(err)
+	}
+	aData := bytes.Repeat([]byte("A"), devLocal)
+	bData := bytes.Repeat([]byte("local"), devLocal/5)
+	aLocal := []gtt.Extent{{Off: a.Partition().ApertureEnd(), Len: uint64(len(aData))}}
+	bLocal := []gtt.Extent{{Off: b.Partition().ApertureEnd(), Len: uint64(len(bData))}}
+	if err := a.GPU().Write(aLocal, aData); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.GPU().Write(bLocal, bData); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Restore(st); err != nil {
+		t.Fatalf("restoring a's DEVICE_ADDR_BASE %#x in another worker while a holds it: %v", st.Engine.DeviceAddrBase, err)
+	}
+	if got := readReg64(t, b, abi.RegDeviceAddrBase); got != st.Engine.DeviceAddrBase || a.GPU().DeviceAddrBase() != got {
+		t.Fatalf("b's DEVICE_ADDR_BASE %#x, a's %#x, want both %#x", got, a.GPU().DeviceAddrBase(), st.Engine.DeviceAddrBase)
+	}
+	for _, c := range []struct {
+		v    *VGPU
+		xs   []gtt.Extent
+		want []byte
+	}{{a, aLocal, aData}, {b, bLocal, bData}} {
+		got := make([]byte, len(c.want))
+		if err := c.v.GPU().Read(got, c.xs); err != nil || !bytes.Equal(got, c.want) {
+			t.Fatalf("%s's local memory: %v, or bytes differ", c.v.Config().Name, err)
+		}
 	}
 }

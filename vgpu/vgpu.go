@@ -55,6 +55,12 @@ type Config struct {
 	// docs/device-abi.md §1.3): a multiple of 4096 bytes, 0 (the default)
 	// for none. On the cuda back end it lives on the GPU alone.
 	LocalMemSize uint64 `json:"local_mem_size,omitempty"`
+	// GPUIsolation is where a cuda vGPU's GPU context lives:
+	// IsolationProcess (the default; a GPU worker process of its own) or
+	// IsolationShared (gmigd's; docs/nvidia.md, "Isolation"). Like GPU it
+	// is this host's choice, not part of the Spec: an arriving vGPU gets
+	// the destination's default. A software vGPU has none ("").
+	GPUIsolation string `json:"gpu_isolation,omitempty"`
 }
 
 // ErrConfig reports an invalid Config.
@@ -103,8 +109,8 @@ type VGPU struct {
 	eng    *engine.Engine
 	dma    *vfio.DMATable
 	irqs   *vfio.IRQTable
-	apiLog *apilog.Log    // what memory hashes cannot capture, for migration
-	gpu    *nvidia.NVIDIA // the CUDA back end, nil for software (backend.go)
+	apiLog *apilog.Log        // what memory hashes cannot capture, for migration
+	gpu    nvidia.VGPUBackend // the CUDA back end, nil for software (backend.go)
 
 	fences, faults, written, beats atomic.Uint64
 	wroteHook                      atomic.Pointer[func(off, n uint64)]

@@ -57,7 +57,7 @@ func (p gpuPair) check(side int, v *vgpu.VGPU) error {
 	if v.GPU() == nil {
 		return fmt.Errorf("vGPU %s is not on the CUDA back end", v.Name())
 	}
-	if got, want := v.GPU().GPU().Info().UUID, p.gpus[side].UUID; !strings.EqualFold(got, want) {
+	if got, want := v.GPU().Info().UUID, p.gpus[side].UUID; !strings.EqualFold(got, want) {
 		return fmt.Errorf("vGPU %s runs on GPU %s, want %s", v.Name(), got, want)
 	}
 	return nil

@@ -13,7 +13,7 @@ import (
 
 const vgpuUsage = `usage: gmigd vgpu <command> [flags] [arguments]
 
-  create NAME [-mem SIZE] [-local-mem SIZE] [-backend software|cuda] [-guest-modules]
+  create NAME [-mem SIZE] [-local-mem SIZE] [-backend software|cuda] [-guest-modules] [-gpu-isolation process|shared]
                                                                        make a vGPU
   list                                                                 list vGPUs
   show NAME                                                            describe one
@@ -46,7 +46,11 @@ func vgpuList(runDir *string, args []string) error {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tSTATE\tMEM\tBACKEND\tPOOL OFFSET\tSOCKET\tFENCES\tFAULTS")
 	for _, i := range list {
-		fmt.Fprintf(tw, "%s\t%s\t%dM\t%s\t%#x\t%s\t%d\t%d\n", i.Name, i.State, i.MemSize>>20, i.Backend, i.PoolOffset, i.Socket, i.Stats.Fences, i.Stats.Faults)
+		backend := i.Backend
+		if i.GPUIsolation != "" {
+			backend += "/" + i.GPUIsolation // cuda/process, cuda/shared
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%dM\t%s\t%#x\t%s\t%d\t%d\n", i.Name, i.State, i.MemSize>>20, backend, i.PoolOffset, i.Socket, i.Stats.Fences, i.Stats.Faults)
 	}
 	return tw.Flush()
 }
@@ -62,11 +66,13 @@ type vgpuFlags struct {
 	backend      string
 	guestModules bool
 	localMem     byteSize
+	gpuIsolation string
 }
 
 func (v *vgpuFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&v.backend, "backend", vgpu.BackendSoftware, "what runs the vGPU's commands: software, or cuda (the NVIDIA GPU gmigd serve -gpu chose; docs/nvidia.md)")
 	fs.BoolVar(&v.guestModules, "guest-modules", false, "cuda: let the guest load its own PTX (see docs/nvidia.md, Isolation)")
+	fs.StringVar(&v.gpuIsolation, "gpu-isolation", "", "cuda: where the vGPU's GPU context lives: process (default: a GPU worker process of its own) or shared (gmigd's, with every other shared vGPU; docs/nvidia.md, Isolation); ignored for software vGPUs")
 	fs.Var(&v.localMem, "local-mem", "device-local memory beside the graphics memory, reached by commands only (a multiple of 4K; default none; docs/device-abi.md §1.3)")
 }
 
@@ -84,7 +90,7 @@ func vgpuCreate(runDir *string, args []string) error {
 	if mem == 0 {
 		return badUsage(fs, "-mem 0: want a size (e.g. 64M)")
 	}
-	info, err := client(*runDir).Create(hostd.CreateRequest{Name: pos[0], MemSize: uint64(mem), Backend: vf.backend, GuestModules: vf.guestModules, LocalMemSize: uint64(vf.localMem)})
+	info, err := client(*runDir).Create(hostd.CreateRequest{Name: pos[0], MemSize: uint64(mem), Backend: vf.backend, GuestModules: vf.guestModules, LocalMemSize: uint64(vf.localMem), GPUIsolation: vf.gpuIsolation})
 	if err != nil {
 		return err
 	}

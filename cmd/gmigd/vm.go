@@ -183,7 +183,7 @@ func vmStart(runDir *string, args []string) error {
 	}
 	req.Name = pos[0]
 	req.MemSize = uint64(vgpuMem)
-	req.Backend, req.GuestModules, req.LocalMemSize = vf.backend, vf.guestModules, uint64(vf.localMem)
+	req.Backend, req.GuestModules, req.LocalMemSize, req.GPUIsolation = vf.backend, vf.guestModules, uint64(vf.localMem), vf.gpuIsolation
 	req.QEMU.MemoryMB = int(uint64(ram) >> 20)
 	req.QEMU.Extra = extra
 	info, err := client(*runDir).StartVM(req)

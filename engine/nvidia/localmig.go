@@ -54,7 +54,7 @@ type LocalTracker struct {
 
 // NewLocalTracker returns a tracker over b's device-local memory (which it
 // must have). Close it when the migration ends.
-func (b *NVIDIA) NewLocalTracker() (*LocalTracker, error) {
+func (b *NVIDIA) NewLocalTracker() (LocalReader, error) {
 	if b.local == nil {
 		return nil, fmt.Errorf("nvidia: local tracker on a back end without device-local memory")
 	}
@@ -278,9 +278,27 @@ var loadStages = sync.Pool{New: func() any {
 // round trip per scattered page. Call it with the engine quiesced (a
 // destination's is).
 func (b *NVIDIA) LoadLocal(pages []int, mem []byte) error {
-	n := b.cfg.LocalSize / pageBytes
-	if b.local == nil || uint64(len(mem)) < b.cfg.LocalSize {
+	if uint64(len(mem)) < b.cfg.LocalSize {
 		return fmt.Errorf("nvidia: loading local pages from %d bytes into %d of device-local memory", len(mem), b.cfg.LocalSize)
+	}
+	return b.loadLocal(pages, func(_, p int) []byte { return mem[p*pageBytes : (p+1)*pageBytes] })
+}
+
+// LoadLocalPacked is LoadLocal with the pages' bytes packed in list
+// order, page pages[i] at packed[i*4096:] (what a GPU worker receives:
+// the listed pages alone).
+func (b *NVIDIA) LoadLocalPacked(pages []int, packed []byte) error {
+	if len(packed) < len(pages)*pageBytes {
+		return fmt.Errorf("nvidia: loading %d local pages from %d bytes", len(pages), len(packed))
+	}
+	return b.loadLocal(pages, func(i, _ int) []byte { return packed[i*pageBytes : (i+1)*pageBytes] })
+}
+
+// loadLocal is LoadLocal with page(i, p), the bytes of pages[i] = p.
+func (b *NVIDIA) loadLocal(pages []int, page func(i, p int) []byte) error {
+	n := b.cfg.LocalSize / pageBytes
+	if b.local == nil {
+		return fmt.Errorf("nvidia: loading local pages into a back end without device-local memory")
 	}
 	for _, p := range pages {
 		if p < 0 || uint64(p) >= n {
@@ -301,7 +319,7 @@ func (b *NVIDIA) LoadLocal(pages []int, mem []byte) error {
 		k := min(len(pages)-done, stagePages)
 		var ps []nvPiece
 		for i, p := range pages[done : done+k] {
-			copy(stage[i*pageBytes:(i+1)*pageBytes], mem[p*pageBytes:])
+			copy(stage[i*pageBytes:(i+1)*pageBytes], page(done+i, p))
 			ps = appendPiece(ps, uint64(b.scratch)+uint64(i)*pageBytes, base+uint64(p)*pageBytes, pageBytes)
 		}
 		if err := b.dev.CopyHtoD(b.scratch, stage[:k*pageBytes], b.stream); err != nil {

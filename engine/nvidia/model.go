@@ -134,14 +134,20 @@ func (d *modelDevice) at(p uint64, n uint64) []byte {
 }
 
 func (d *modelDevice) NewStream() (cuda.Stream, error) {
+	if err := d.lost("cuStreamCreate"); err != nil {
+		return 0, err
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.streams++
 	return cuda.Stream(d.streams), nil
 }
 func (d *modelDevice) DestroyStream(cuda.Stream) error { return nil }
-func (d *modelDevice) Sync(cuda.Stream) error          { return d.takeFault() }
+func (d *modelDevice) Sync(cuda.Stream) error          { return d.lost("cuStreamSynchronize") }
 func (d *modelDevice) HostRegister(b []byte) (cuda.DevPtr, error) {
+	if err := d.lost("cuMemHostRegister"); err != nil {
+		return 0, err
+	}
 	return d.add(b), nil
 }
 func (d *modelDevice) HostUnregister(b []byte) error {
@@ -156,11 +162,17 @@ func (d *modelDevice) HostUnregister(b []byte) error {
 	return d.remove(base)
 }
 func (d *modelDevice) AllocHostMapped(n uint64) ([]byte, cuda.DevPtr, error) {
+	if err := d.lost("cuMemHostAlloc"); err != nil {
+		return nil, 0, err
+	}
 	b := make([]byte, n)
 	return b, d.add(b), nil
 }
 func (d *modelDevice) FreeHost(b []byte) error { return d.HostUnregister(b) }
 func (d *modelDevice) Alloc(n uint64) (cuda.DevPtr, error) {
+	if err := d.lost("cuMemAlloc"); err != nil {
+		return 0, err
+	}
 	return d.add(make([]byte, n)), nil
 }
 func (d *modelDevice) Free(p cuda.DevPtr) error { return d.remove(p) }
@@ -174,6 +186,9 @@ type modelMapping struct {
 // allocation is there (as cuMemAddressReserve grants a free address it is
 // asked for), else anywhere.
 func (d *modelDevice) NewMapping(size, _ uint64, addr cuda.DevPtr) (gpuMapping, error) {
+	if err := d.lost("cuMemCreate"); err != nil {
+		return nil, err
+	}
 	size = (size + modelAlign - 1) &^ (modelAlign - 1)
 	mem := make([]byte, size)
 	d.mu.Lock()
@@ -217,6 +232,9 @@ func (m *modelMapping) Move(addr cuda.DevPtr) (bool, error) {
 func (d *modelDevice) CopyHtoD(dst cuda.DevPtr, src []byte, _ cuda.Stream) error {
 	d.run.Lock()
 	defer d.run.Unlock()
+	if err := d.lost("cuMemcpyHtoDAsync"); err != nil {
+		return err
+	}
 	copy(d.at(uint64(dst), uint64(len(src))), src)
 	return nil
 }
@@ -224,6 +242,9 @@ func (d *modelDevice) CopyHtoD(dst cuda.DevPtr, src []byte, _ cuda.Stream) error
 func (d *modelDevice) CopyDtoH(dst []byte, src cuda.DevPtr, _ cuda.Stream) error {
 	d.run.Lock()
 	defer d.run.Unlock()
+	if err := d.lost("cuMemcpyDtoHAsync"); err != nil {
+		return err
+	}
 	copy(dst, d.at(uint64(src), uint64(len(dst))))
 	return nil
 }
@@ -247,7 +268,12 @@ func (g *GPU) ModelRead(b []byte, addr uint64) {
 	copy(b, d.at(addr, uint64(len(b))))
 }
 
-func (d *modelDevice) LoadModule([]byte) (cuda.Module, error) { return 1, nil }
+func (d *modelDevice) LoadModule([]byte) (cuda.Module, error) {
+	if err := d.lost("cuModuleLoadData"); err != nil {
+		return 0, err
+	}
+	return 1, nil
+}
 func (d *modelDevice) Function(_ cuda.Module, name string) (cuda.Function, error) {
 	switch name {
 	case "scale":
@@ -265,6 +291,9 @@ func (d *modelDevice) UnloadModule(cuda.Module) error { return nil }
 func (d *modelDevice) Launch(f cuda.Function, _, _ uint32, _ cuda.Stream, a ...uint64) error {
 	d.run.Lock()
 	defer d.run.Unlock()
+	if err := d.lost("cuLaunchKernel"); err != nil {
+		return err
+	}
 	u32 := func(b []byte) []uint32 { return cpuref.U32View(b) }
 	switch f {
 	case mCopy, mFill:

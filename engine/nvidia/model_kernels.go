@@ -8,7 +8,11 @@ package nvidia
 // one. They read and write the model's device address space; an access
 // outside every allocation, or a misaligned one, fails the kernel as the
 // GPU does: the launch returns, and the next Sync of the device reports
-// CUDA_ERROR_LAUNCH_FAILED.
+// CUDA_ERROR_LAUNCH_FAILED. The error is sticky, as CUDA's is for the
+// context: from then on every call of the model device that does work
+// (Sync, copies, launches, allocations) answers it. A model device is a
+// process's context on one GPU: every back end of the process on that
+// model GPU fails with it.
 
 import (
 	"encoding/binary"
@@ -25,17 +29,19 @@ const (
 	mScaleAdd
 	mMatMulTiled
 	mEmpty
+	mScribble
 
 	mUnknownKernel cuda.Function = 1 << 20
 )
 
 var gridKernelNames = map[string]cuda.Function{
 	"vecAdd": mVecAdd, "scaleAdd": mScaleAdd, "matMulTiled": mMatMulTiled, "empty": mEmpty,
+	"scribble": mScribble,
 }
 
 // gridParamBytes is each grid kernel's parameter buffer size (its PTX
 // parameter layout, docs/device-abi.md §6.10).
-var gridParamBytes = map[cuda.Function]int{mVecAdd: 28, mScaleAdd: 24, mMatMulTiled: 28, mEmpty: 0}
+var gridParamBytes = map[cuda.Function]int{mVecAdd: 28, mScaleAdd: 24, mMatMulTiled: 28, mEmpty: 0, mScribble: 20}
 
 // modelLaunchFailed is CUDA_ERROR_LAUNCH_FAILED (cuda.h), what the model's
 // Sync returns after a grid kernel failed.
@@ -47,7 +53,7 @@ const matMulTile = 16
 // gridState is the model's grid-kernel bookkeeping (under modelDevice.mu).
 type gridState struct {
 	unknown map[cuda.Function]string // entry names the model does not run
-	fault   error                    // a failed kernel, for the next Sync
+	fault   *cuda.Error              // the first failed kernel: sticky
 }
 
 // gridFunction numbers kernel name: a grid kernel's, or a new one that
@@ -66,13 +72,17 @@ func (d *modelDevice) gridFunction(name string) cuda.Function {
 	return f
 }
 
-// takeFault returns and forgets the last grid kernel's failure.
-func (d *modelDevice) takeFault() error {
+// lost returns the sticky error of a failed kernel as call op answers it,
+// or nil while no kernel has failed.
+func (d *modelDevice) lost(op string) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	err := d.grid.fault
-	d.grid.fault = nil
-	return err
+	if d.grid.fault == nil {
+		return nil
+	}
+	e := *d.grid.fault
+	e.Op = op
+	return &e
 }
 
 // LaunchBuffer runs a grid kernel with its parameter buffer. A launch the
@@ -81,13 +91,16 @@ func (d *modelDevice) takeFault() error {
 func (d *modelDevice) LaunchBuffer(f cuda.Function, grid, block [3]uint32, _ uint32, _ cuda.Stream, params []byte) error {
 	d.run.Lock() // as Launch: a kernel is device work the local reader must not race
 	defer d.run.Unlock()
+	if err := d.lost("cuLaunchKernel"); err != nil {
+		return err
+	}
 	n, ok := gridParamBytes[f]
 	if !ok {
 		d.mu.Lock()
 		name, known := d.grid.unknown[f]
 		d.mu.Unlock()
 		if known {
-			return fmt.Errorf("model: the CUDA model runs no kernel %q (it runs vecAdd, scaleAdd, matMulTiled and empty)", name)
+			return fmt.Errorf("model: the CUDA model runs no kernel %q (it runs vecAdd, scaleAdd, matMulTiled, empty and scribble)", name)
 		}
 		return fmt.Errorf("model: function %d is no grid kernel", f)
 	}
@@ -103,6 +116,8 @@ func (d *modelDevice) LaunchBuffer(f cuda.Function, grid, block [3]uint32, _ uin
 	case mScaleAdd:
 		err = d.scaleAdd(le.Uint64(params[0:]), le.Uint64(params[8:]), math.Float32frombits(le.Uint32(params[16:])),
 			gridCount(int32(le.Uint32(params[20:])), threadsX))
+	case mScribble:
+		err = d.scribble(le.Uint64(params[0:]), le.Uint64(params[8:]), le.Uint32(params[16:]))
 	case mMatMulTiled:
 		err = d.matMulTiled(le.Uint64(params[0:]), le.Uint64(params[8:]), le.Uint64(params[16:]), int32(le.Uint32(params[24:])), grid, block)
 	}
@@ -246,5 +261,31 @@ func (d *modelDevice) matMulTiled(a, b, c uint64, n int32, grid, block [3]uint32
 		}
 	}
 	d.putF32s(c, cv)
+	return nil
+}
+
+// scribble: the hostile-guest kernel, words 32-bit stores of pattern from
+// device address dst, wherever that is (docs/nvidia.md, "Isolation"). The
+// model stores all of them when the range lies in one allocation of the
+// device (its context's memory: another vGPU's in the same process
+// included) and faults the kernel, storing none, when it does not (a GPU
+// would store the reachable words and then fault; the kernel fails either
+// way).
+func (d *modelDevice) scribble(dst, words uint64, pattern uint32) (err error) {
+	if words == 0 {
+		return nil
+	}
+	if dst%4 != 0 || words > math.MaxUint64/8 {
+		return fmt.Errorf("model: scribble of %d words at device address %#x", words, dst)
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("model: illegal address: %v", r)
+		}
+	}()
+	b := d.at(dst, 4*words)
+	for i := uint64(0); i < words; i++ {
+		binary.LittleEndian.PutUint32(b[4*i:], pattern)
+	}
 	return nil
 }

@@ -76,7 +76,8 @@ func TestRefusals(t *testing.T) {
 
 // TestKernels13: the ABI 1.3 test kernels' PTX (docs/device-abi.md §6.10)
 // has the layouts the guest programs build: vecAdd and matMulTiled u64,
-// u64, u64, u32 (28 bytes); scaleAdd u64, u64, f32, u32 (24); empty none.
+// u64, u64, u32 (28 bytes); scaleAdd u64, u64, f32, u32 (24); empty none;
+// scribble u64, u64, u32 (20).
 func TestKernels13(t *testing.T) {
 	src, err := os.ReadFile("../nvidia/testdata/kernels13.ptx")
 	if err != nil {
@@ -92,6 +93,7 @@ func TestKernels13(t *testing.T) {
 		{"scaleAdd", []uint32{0, 8, 16, 20}, []uint32{8, 8, 4, 4}, 24},
 		{"matMulTiled", []uint32{0, 8, 16, 24}, []uint32{8, 8, 8, 4}, 28},
 		{"empty", nil, nil, 0},
+		{"scribble", []uint32{0, 8, 16}, []uint32{8, 8, 4}, 20},
 	} {
 		l, err := Of(src, c.entry)
 		if err != nil {

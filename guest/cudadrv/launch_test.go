@@ -14,12 +14,13 @@ import (
 	"github.com/gmig-dev/gmig/abi"
 	"github.com/gmig-dev/gmig/guest"
 	"github.com/gmig-dev/gmig/internal/migtest"
+	"github.com/gmig-dev/gmig/internal/pool"
 	"github.com/gmig-dev/gmig/internal/sim"
 	"github.com/gmig-dev/gmig/vgpu"
 )
 
 // kernelsPTX is the file of the ABI 1.3 test kernels the CUDA model plays
-// by name (vecAdd, scaleAdd, matMulTiled, empty), the engine's.
+// by name (vecAdd, scaleAdd, matMulTiled, empty, scribble), the engine's.
 const kernelsPTX = "../../engine/nvidia/testdata/kernels13.ptx"
 
 // newGridLib is a Lib on the CUDA back end's model with guest modules and
@@ -30,9 +31,18 @@ const kernelsPTX = "../../engine/nvidia/testdata/kernels13.ptx"
 func newGridLib(t testing.TB, lc Config) *Lib {
 	t.Helper()
 	t.Setenv("GMIG_CUDA_MODEL", "1") // migtest.UseCUDAModel, which takes a *testing.T only
+	l, _ := gridLibIn(t, migtest.NewPool(t, 2*(testMem+localSize)), "grid", "", lc)
+	return l
+}
+
+// gridLibIn is newGridLib's Lib on a vGPU named name in pool p, its GPU
+// context where isolation says (vgpu.Config.GPUIsolation; "" for the
+// default), and the vGPU.
+func gridLibIn(t testing.TB, p *pool.Pool, name, isolation string, lc Config) (*Lib, *vgpu.VGPU) {
+	t.Helper()
 	cfg := localConfig()
-	cfg.Name, cfg.MemSize, cfg.Backend, cfg.GuestModules = "grid", testMem, vgpu.BackendCUDA, true
-	v, err := vgpu.New(cfg, migtest.NewPool(t, 2*(cfg.MemSize+cfg.LocalMemSize)), migtest.Log)
+	cfg.Name, cfg.MemSize, cfg.Backend, cfg.GuestModules, cfg.GPUIsolation = name, testMem, vgpu.BackendCUDA, true, isolation
+	v, err := vgpu.New(cfg, p, migtest.Log)
 	if errors.Is(err, vgpu.ErrConfig) {
 		t.Skipf("skipping: %v (ABI 1.3: the CUDA model with device-local memory has not landed)", err)
 	}
@@ -59,7 +69,7 @@ func newGridLib(t testing.TB, lc Config) *Lib {
 	if _, r := l.CtxCreate(thread, 0, 0); r != Success {
 		t.Fatal(r.Error())
 	}
-	return l
+	return l, v
 }
 
 // loadFunction loads kernelsPTX and returns entry's function.
@@ -344,8 +354,9 @@ func TestCheckGrid(t *testing.T) {
 // TestLaunchOnItsStream: a launch goes on its stream's device stream id
 // (docs/device-abi.md §5.1), so a kernel that faults on a created stream
 // leaves that stream in error, not the default one; the synchronize
-// reports the launch's CUDA_ERROR_LAUNCH_FAILED once, and the stream runs
-// again.
+// reports the launch's CUDA_ERROR_LAUNCH_FAILED, and, the failure being
+// sticky for the vGPU's GPU context as CUDA's is, the next launch fails
+// too.
 func TestLaunchOnItsStream(t *testing.T) {
 	l := newGridLib(t, Config{})
 	s, r := l.StreamCreate(thread, 0)
@@ -392,12 +403,13 @@ func TestLaunchOnItsStream(t *testing.T) {
 		}
 	}
 	want(t, "cuCtxSynchronize after a faulting launch", l.CtxSynchronize(thread), ErrLaunchFailed)
-	must(t, l.LaunchKernel(thread, vecAdd, grid, block, 0, s, paramBuf(pa, pa, pc, uint32(n))))
-	must(t, l.CtxSynchronize(thread))
-	sum := make([]float32, n)
-	for i := range sum {
-		sum[i] = a[i] + a[i]
+	// The failure is sticky, as CUDA's is for the context: the stream's
+	// next launch fails too (the launch may be queued first; the
+	// synchronisation reports it).
+	if r := l.LaunchKernel(thread, vecAdd, grid, block, 0, s, paramBuf(pa, pa, pc, uint32(n))); r == Success {
+		want(t, "cuCtxSynchronize after a launch on the failed context", l.CtxSynchronize(thread), ErrLaunchFailed)
+	} else {
+		want(t, "a launch on the failed context", r, ErrLaunchFailed)
 	}
-	sameBits(t, "the stream's next launch", download(t, l, pc, n), sum)
 	must(t, l.StreamDestroy(s))
 }

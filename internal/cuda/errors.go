@@ -20,12 +20,22 @@ type Result uint32
 
 // CUresult values gmig branches on (cuda.h).
 const (
-	Success          Result = 0
-	ErrorNoDevice    Result = 100 // CUDA_ERROR_NO_DEVICE
-	ErrorInvalidPTX  Result = 218 // CUDA_ERROR_INVALID_PTX
-	ErrorNotFound    Result = 500 // CUDA_ERROR_NOT_FOUND (no such kernel in a module)
-	ErrorIllegalAddr Result = 700 // CUDA_ERROR_ILLEGAL_ADDRESS (sticky)
+	Success           Result = 0
+	ErrorNoDevice     Result = 100 // CUDA_ERROR_NO_DEVICE
+	ErrorInvalidPTX   Result = 218 // CUDA_ERROR_INVALID_PTX
+	ErrorNotFound     Result = 500 // CUDA_ERROR_NOT_FOUND (no such kernel in a module)
+	ErrorIllegalAddr  Result = 700 // CUDA_ERROR_ILLEGAL_ADDRESS (sticky)
+	ErrorLaunchFailed Result = 719 // CUDA_ERROR_LAUNCH_FAILED (sticky)
 )
+
+// Sticky reports whether r leaves the context it happened in unusable:
+// the errors a faulting kernel raises, after which every call of the
+// context returns the same error until the process ends (cuda.h: 700
+// CUDA_ERROR_ILLEGAL_ADDRESS, 714 HARDWARE_STACK_ERROR, 715
+// ILLEGAL_INSTRUCTION, 716 MISALIGNED_ADDRESS, 717 INVALID_ADDRESS_SPACE,
+// 718 INVALID_PC, 719 LAUNCH_FAILED: "the process must be terminated and
+// relaunched").
+func (r Result) Sticky() bool { return r == 700 || (r >= 714 && r <= 719) }
 
 // Error is a failed driver call.
 type Error struct {
@@ -47,6 +57,16 @@ func (e *Error) Error() string {
 func (e *Error) Is(target error) bool {
 	r, ok := target.(Result)
 	return ok && r == e.Code
+}
+
+// StickyCode is the CUresult when the error left its context unusable
+// (Result.Sticky), else 0: what a vGPU's later commands answer on their
+// streams (engine.StickyCode).
+func (e *Error) StickyCode() uint32 {
+	if e.Code.Sticky() {
+		return uint32(e.Code)
+	}
+	return 0
 }
 
 // Error makes a Result usable as an errors.Is target.

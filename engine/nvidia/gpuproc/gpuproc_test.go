@@ -1,0 +1,362 @@
+package gpuproc
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gmig-dev/gmig/engine"
+	"github.com/gmig-dev/gmig/engine/nvidia"
+	"github.com/gmig-dev/gmig/gtt"
+	"github.com/gmig-dev/gmig/internal/pool"
+)
+
+// The GPU worker under test is this test binary run again (the package's
+// init serves it), on the CUDA model: each worker has a model GPU of its
+// own, as each process has a CUDA context of its own.
+
+const (
+	testWindow = 1 << 20
+	testLocal  = 256 << 10
+)
+
+// side is one back end over a partition of its own: through a worker, or
+// in this process (for comparison).
+type side struct {
+	b      nvidia.VGPUBackend
+	part   pool.Partition
+	window []byte
+	landed [][2]uint64
+}
+
+// newPool returns a pool for the test's partitions.
+func newPool(t testing.TB) *pool.Pool {
+	t.Helper()
+	p, err := pool.New(8 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+func allocPart(t testing.TB, p *pool.Pool) (pool.Partition, []byte) {
+	t.Helper()
+	part, err := p.AllocLocal(testWindow, testLocal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return part, p.Mem()[part.Offset:part.ApertureEnd():part.ApertureEnd()]
+}
+
+// startWorker starts a worker for a fresh partition of p.
+func startWorker(t testing.TB, p *pool.Pool, modules bool, log zerolog.Logger) *side {
+	t.Helper()
+	t.Setenv(nvidia.ModelEnv, "1")
+	s := &side{}
+	s.part, s.window = allocPart(t, p)
+	f, err := p.File(s.part)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Start(Config{Name: "test", Memfd: f, Window: s.window, WindowOff: s.part.Offset, LocalSize: testLocal,
+		Modules: modules, Landed: func(off, n uint64) { s.landed = append(s.landed, [2]uint64{off, n}) },
+		Log: log.With().Str("vgpu", "test").Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	s.b = c
+	return s
+}
+
+// startInProcess is startWorker's back end in this process, on a model
+// GPU of its own.
+func startInProcess(t testing.TB, p *pool.Pool, modules bool) *side {
+	t.Helper()
+	s := &side{}
+	s.part, s.window = allocPart(t, p)
+	b, err := nvidia.NewNVIDIA(nvidia.NVIDIAConfig{GPU: nvidia.NewModelGPU(), Window: s.window, WindowOff: s.part.Offset,
+		LocalSize: testLocal, Modules: modules, Landed: func(off, n uint64) { s.landed = append(s.landed, [2]uint64{off, n}) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	s.b = b
+	return s
+}
+
+// xs is [off, +n) of the window (or local memory, from testWindow on) as
+// an extent of s's pool.
+func (s *side) xs(off, n uint64) []gtt.Extent {
+	return []gtt.Extent{{Off: s.part.Offset + off, Len: n}}
+}
+
+// TestClientMatchesInProcess: a random program of every engine operation
+// on aperture and device-local memory gives, through the worker, the same
+// results, errors, window bytes and landed ranges (in the same order) as
+// the back end in this process.
+func TestClientMatchesInProcess(t *testing.T) {
+	p := newPool(t)
+	w, in := startWorker(t, p, false, zerolog.Nop()), startInProcess(t, p, false)
+	rng := rand.New(rand.NewPCG(1, 2))
+	span := func(limit uint64) (uint64, uint64) {
+		n := 4 * (1 + rng.Uint64N(2048))
+		return 4 * rng.Uint64N((limit-n)/4), n
+	}
+	for i := range 300 {
+		var errs [2]error
+		var reads [2][]byte
+		op := rng.IntN(8)
+		region := uint64(testWindow)
+		if rng.IntN(3) == 0 {
+			region = testWindow + testLocal
+		}
+		a, n := span(region)
+		b, _ := span(region)
+		data := make([]byte, n)
+		for j := range data {
+			data[j] = byte(rng.Uint32())
+		}
+		pat := rng.Uint32()
+		for k, s := range []*side{w, in} {
+			switch op {
+			case 0:
+				errs[k] = s.b.Write(s.xs(a, n), data)
+			case 1:
+				errs[k] = s.b.Fill(s.xs(a, n), pat)
+			case 2:
+				errs[k] = s.b.Copy(s.xs(b, n), s.xs(a, n))
+			case 3:
+				reads[k] = make([]byte, n)
+				errs[k] = s.b.Read(reads[k], s.xs(a, n))
+			case 4:
+				errs[k] = s.b.Saxpy(n/4, 1.5, s.xs(a, n), s.xs(b, n))
+			case 5:
+				errs[k] = s.b.Render(uint32(n/4), 1, uint64(i), s.xs(a, n))
+			case 6:
+				errs[k] = s.b.Stencil(uint32(n/4), 1, s.xs(a, n), s.xs(b, n))
+			case 7:
+				errs[k] = s.b.Sync()
+			}
+		}
+		if (errs[0] == nil) != (errs[1] == nil) {
+			t.Fatalf("step %d (op %d): worker %v, in process %v", i, op, errs[0], errs[1])
+		}
+		if !bytes.Equal(reads[0], reads[1]) {
+			t.Fatalf("step %d: reads differ", i)
+		}
+	}
+	for _, s := range []*side{w, in} {
+		if err := s.b.Sync(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !bytes.Equal(w.window, in.window) {
+		t.Fatal("windows differ")
+	}
+	for _, s := range []*side{w, in} {
+		if err := s.b.Fill(s.xs(0, 8), 1); err != nil { // an out-of-range extent fails alike
+			t.Fatal(err)
+		}
+	}
+	lw, li := make([]byte, testLocal), make([]byte, testLocal)
+	must(t, w.b.Read(lw, w.xs(testWindow, testLocal)))
+	must(t, in.b.Read(li, in.xs(testWindow, testLocal)))
+	if !bytes.Equal(lw, li) {
+		t.Fatal("device-local memories differ")
+	}
+	if len(w.landed) == 0 || len(w.landed) != len(in.landed) {
+		t.Fatalf("%d landed ranges through the worker, %d in process", len(w.landed), len(in.landed))
+	}
+	for i := range w.landed {
+		if w.landed[i] != in.landed[i] {
+			t.Fatalf("landed range %d: %v through the worker, %v in process", i, w.landed[i], in.landed[i])
+		}
+	}
+	err := w.b.Copy(w.xs(0, 8), w.xs(testWindow+testLocal, 8))
+	if !errors.Is(err, errBitsSentinel(3)) {
+		t.Errorf("copy outside the partition: %v, want cpuref.ErrBounds", err)
+	}
+}
+
+func errBitsSentinel(i int) error { return errBits[i] }
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// scribbleParams is the hostile kernel's parameter buffer.
+func scribbleParams(dst, words uint64, pattern uint32) []byte {
+	b := binary.LittleEndian.AppendUint64(nil, dst)
+	b = binary.LittleEndian.AppendUint64(b, words)
+	return binary.LittleEndian.AppendUint32(b, pattern)
+}
+
+var grid1 = engine.Grid{X: 1, Y: 1, Z: 1, BlockX: 32, BlockY: 1, BlockZ: 1}
+
+// TestClientLaunchGridPosted: launches are posted; a kernel that faults
+// is reported by the next call (engine.ErrLaunchFailed, sticky code 719),
+// the context stays failed (every later operation that reaches it answers
+// 719), gmigd
+// logs it once, and what the in-process back end refuses at once is
+// refused at once.
+func TestClientLaunchGridPosted(t *testing.T) {
+	var log syncBuffer
+	w := startWorker(t, newPool(t), true, zerolog.New(&log))
+	c := w.b.(*Client)
+	if err := c.LaunchGrid(9, grid1, nil); !errors.Is(err, engine.ErrBadKernel) {
+		t.Errorf("launch of an unloaded module: %v, want ErrBadKernel", err)
+	}
+	must(t, c.LoadModule(1, engine.Module{Handle: 1, Entry: "scribble", PTX: []byte("ptx"), Args: 1}))
+	base := c.DeviceAddrBase()
+	must(t, c.LaunchGrid(1, grid1, scribbleParams(base+8, 4, 0xdeadbeef)))
+	must(t, c.Sync())
+	got := make([]byte, 32)
+	must(t, c.Read(got, w.xs(testWindow, 32)))
+	if binary.LittleEndian.Uint32(got[8:]) != 0xdeadbeef || binary.LittleEndian.Uint32(got[24:]) != 0 {
+		t.Fatalf("local memory after the scribble: % x", got)
+	}
+	must(t, c.LaunchGrid(1, grid1, scribbleParams(base+(1<<40), 4, 1))) // nothing there
+	err := c.Sync()
+	if !errors.Is(err, engine.ErrLaunchFailed) || engine.StickyCode(err) != 719 {
+		t.Fatalf("Sync after a faulting kernel: %v (sticky %d), want ErrLaunchFailed and 719", err, engine.StickyCode(err))
+	}
+	for name, call := range map[string]func() error{
+		"fill":   func() error { return c.Fill(w.xs(0, 64), 7) },
+		"read":   func() error { return c.Read(got, w.xs(testWindow, 32)) },
+		"launch": func() error { must(t, c.LaunchGrid(1, grid1, scribbleParams(base, 1, 1))); return c.Sync() },
+	} {
+		if err := call(); engine.StickyCode(err) != 719 {
+			t.Errorf("%s after the fault: %v, want sticky 719", name, err)
+		}
+	}
+	if n := strings.Count(log.String(), MsgContextFailed); n != 1 {
+		t.Errorf("%d log lines of the failed context, want 1:\n%s", n, log.String())
+	}
+}
+
+// TestClientWorkerKilled: a worker killed under its vGPU ends that back
+// end alone: calls fail with ErrWorkerLost and sticky code 719, one line
+// is logged naming the vGPU and the signal, Close returns and no process
+// is left.
+func TestClientWorkerKilled(t *testing.T) {
+	var log syncBuffer
+	p := newPool(t)
+	w := startWorker(t, p, false, zerolog.New(&log))
+	other := startWorker(t, p, false, zerolog.Nop())
+	c := w.b.(*Client)
+	pid := c.Pid()
+	must(t, syscall.Kill(pid, syscall.SIGKILL))
+	select {
+	case <-c.exited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the killed worker was not reaped")
+	}
+	err := c.Fill(w.xs(0, 64), 1)
+	if !errors.Is(err, ErrWorkerLost) || engine.StickyCode(err) != 719 {
+		t.Fatalf("fill on a killed worker: %v (sticky %d), want ErrWorkerLost and 719", err, engine.StickyCode(err))
+	}
+	if err := c.LaunchGrid(1, grid1, nil); err == nil {
+		t.Error("launch on a killed worker succeeded")
+	}
+	must(t, other.b.Fill(other.xs(0, 64), 1))
+	must(t, other.b.Sync())
+	must(t, c.Close())
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("worker pid %d after Close: %v, want ESRCH", pid, err)
+	}
+	out := log.String()
+	if n := strings.Count(out, MsgWorkerEnded); n != 1 || !strings.Contains(out, `"vgpu":"test"`) || !strings.Contains(out, "killed") {
+		t.Errorf("log, want one line naming the vGPU and the signal:\n%s", out)
+	}
+}
+
+// TestClientCloseEndsWorker: Close frees the back end and the worker
+// exits, reaped.
+func TestClientCloseEndsWorker(t *testing.T) {
+	w := startWorker(t, newPool(t), false, zerolog.Nop())
+	c := w.b.(*Client)
+	pid := c.Pid()
+	must(t, c.Close())
+	if !c.cmd.ProcessState.Success() {
+		t.Errorf("worker exit: %v", c.cmd.ProcessState)
+	}
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("worker pid %d after Close: %v, want ESRCH", pid, err)
+	}
+	if err := c.Sync(); !errors.Is(err, ErrWorkerLost) {
+		t.Errorf("Sync after Close: %v, want ErrWorkerLost", err)
+	}
+}
+
+// TestClientLocalTracker: the migration's reader of device-local memory
+// through the side connection: snapshots carry what commands wrote, a
+// write behind the engine's back is found changed and read, and LoadLocal
+// puts pages back.
+func TestClientLocalTracker(t *testing.T) {
+	w := startWorker(t, newPool(t), false, zerolog.Nop())
+	c := w.b
+	data := bytes.Repeat([]byte{1, 2, 3, 4, 5, 6, 7}, testLocal/7)
+	data = append(data, make([]byte, testLocal-len(data))...)
+	must(t, c.Write(w.xs(testWindow, testLocal), data))
+	tr, err := c.NewLocalTracker()
+	must(t, err)
+	defer tr.Close()
+	if tr.Pages() != testLocal/pageSize {
+		t.Fatalf("%d pages, want %d", tr.Pages(), testLocal/pageSize)
+	}
+	snap := make([]byte, testLocal)
+	must(t, tr.Snapshot(0, tr.Pages(), snap))
+	if !bytes.Equal(snap, data) {
+		t.Fatal("snapshot differs from what was written")
+	}
+	must(t, c.ModelWrite(c.DeviceAddrBase()+5*pageSize+9, []byte("kernel")))
+	changed, err := tr.Changed()
+	must(t, err)
+	if len(changed) != 1 || changed[0] != 5 {
+		t.Fatalf("changed pages %v, want [5]", changed)
+	}
+	page := make([]byte, pageSize)
+	must(t, tr.Read(changed, page))
+	if string(page[9:15]) != "kernel" {
+		t.Fatalf("read page 5: % x", page[:16])
+	}
+	must(t, c.LoadLocal([]int{5}, data))
+	must(t, tr.Read([]int{5}, page))
+	if !bytes.Equal(page, data[5*pageSize:6*pageSize]) {
+		t.Fatal("LoadLocal did not put page 5 back")
+	}
+	if st := c.Stats(); st.Commands == 0 {
+		t.Errorf("stats %+v: no commands counted", st)
+	}
+}
+
+// syncBuffer is a log sink written by the client's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

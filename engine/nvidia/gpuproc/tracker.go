@@ -1,0 +1,73 @@
+package gpuproc
+
+import (
+	"fmt"
+
+	"github.com/gmig-dev/gmig/engine/nvidia"
+)
+
+// The migration's reader of device-local memory, in the worker
+// (nvidia.LocalTracker there), through the side connection.
+
+// NewLocalTracker opens the worker's reader of device-local memory (one
+// at a time).
+func (c *Client) NewLocalTracker() (nvidia.LocalReader, error) {
+	rep, err := c.call(c.side, OpTrackerOpen, &Msg{})
+	if err != nil {
+		return nil, err
+	}
+	return &tracker{c: c, pages: int(rep.A)}, nil
+}
+
+// tracker is the worker's local tracker, through the side connection.
+type tracker struct {
+	c     *Client
+	pages int
+}
+
+func (t *tracker) Pages() int { return t.pages }
+
+func (t *tracker) Snapshot(first, n int, buf []byte) error {
+	if first < 0 || n < 0 || first+n > t.pages || len(buf) < n*pageSize {
+		return fmt.Errorf("gpuproc: local snapshot of pages [%d, +%d) of %d into %d bytes", first, n, t.pages, len(buf))
+	}
+	rep, err := t.c.call(t.c.side, OpTrackerSnapshot, &Msg{A: uint32(first), B: uint32(n)})
+	if err != nil {
+		return err
+	}
+	copy(buf, rep.Data)
+	return nil
+}
+
+func (t *tracker) Changed() ([]int, error) {
+	rep, err := t.c.call(t.c.side, OpTrackerChanged, &Msg{})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int, len(rep.Words))
+	for i, w := range rep.Words {
+		out[i] = int(w)
+	}
+	return out, nil
+}
+
+func (t *tracker) Read(pages []int, buf []byte) error {
+	if len(buf) < len(pages)*pageSize {
+		return fmt.Errorf("gpuproc: %d local pages into %d bytes", len(pages), len(buf))
+	}
+	words := make([]uint64, len(pages))
+	for i, p := range pages {
+		words[i] = uint64(p)
+	}
+	rep, err := t.c.call(t.c.side, OpTrackerRead, &Msg{Words: words})
+	if err != nil {
+		return err
+	}
+	copy(buf, rep.Data)
+	return nil
+}
+
+func (t *tracker) Close() error {
+	_, err := t.c.call(t.c.side, OpTrackerClose, &Msg{})
+	return err
+}
