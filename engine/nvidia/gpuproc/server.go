@@ -202,6 +202,7 @@ func (s *server) open(m *Msg) (Msg, error) {
 		LocalSize: m.Y,
 		Modules:   m.B&openModules != 0,
 		Landed:    s.landed,
+		Bulk:      s.bulk, // page-locked: the local tracker and LoadLocal copy straight from and into it
 		Log:       s.log,
 	})
 	if err != nil {
