@@ -40,9 +40,12 @@ type side struct {
 }
 
 // newPool returns a pool for the test's partitions.
-func newPool(t testing.TB) *pool.Pool {
+func newPool(t testing.TB) *pool.Pool { return newPoolSized(t, 8<<20) }
+
+// newPoolSized returns a pool of size bytes.
+func newPoolSized(t testing.TB, size uint64) *pool.Pool {
 	t.Helper()
-	p, err := pool.New(8 << 20)
+	p, err := pool.New(size)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,9 +53,9 @@ func newPool(t testing.TB) *pool.Pool {
 	return p
 }
 
-func allocPart(t testing.TB, p *pool.Pool) (pool.Partition, []byte) {
+func allocPart(t testing.TB, p *pool.Pool, local uint64) (pool.Partition, []byte) {
 	t.Helper()
-	part, err := p.AllocLocal(testWindow, testLocal)
+	part, err := p.AllocLocal(testWindow, local)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,14 +65,20 @@ func allocPart(t testing.TB, p *pool.Pool) (pool.Partition, []byte) {
 // startWorker starts a worker for a fresh partition of p.
 func startWorker(t testing.TB, p *pool.Pool, modules bool, log zerolog.Logger) *side {
 	t.Helper()
+	return startWorkerLocal(t, p, modules, log, testLocal)
+}
+
+// startWorkerLocal is startWorker with local bytes of device-local memory.
+func startWorkerLocal(t testing.TB, p *pool.Pool, modules bool, log zerolog.Logger, local uint64) *side {
+	t.Helper()
 	t.Setenv(nvidia.ModelEnv, "1")
 	s := &side{}
-	s.part, s.window = allocPart(t, p)
+	s.part, s.window = allocPart(t, p, local)
 	f, err := p.File(s.part)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := Start(Config{Name: "test", Memfd: f, Window: s.window, WindowOff: s.part.Offset, LocalSize: testLocal,
+	c, err := Start(Config{Name: "test", Memfd: f, Window: s.window, WindowOff: s.part.Offset, LocalSize: local,
 		Modules: modules, Landed: func(off, n uint64) { s.landed = append(s.landed, [2]uint64{off, n}) },
 		Log: log.With().Str("vgpu", "test").Logger()})
 	if err != nil {
@@ -84,10 +93,17 @@ func startWorker(t testing.TB, p *pool.Pool, modules bool, log zerolog.Logger) *
 // GPU of its own.
 func startInProcess(t testing.TB, p *pool.Pool, modules bool) *side {
 	t.Helper()
+	return startInProcessLocal(t, p, modules, testLocal)
+}
+
+// startInProcessLocal is startInProcess with local bytes of device-local
+// memory.
+func startInProcessLocal(t testing.TB, p *pool.Pool, modules bool, local uint64) *side {
+	t.Helper()
 	s := &side{}
-	s.part, s.window = allocPart(t, p)
+	s.part, s.window = allocPart(t, p, local)
 	b, err := nvidia.NewNVIDIA(nvidia.NVIDIAConfig{GPU: nvidia.NewModelGPU(), Window: s.window, WindowOff: s.part.Offset,
-		LocalSize: testLocal, Modules: modules, Landed: func(off, n uint64) { s.landed = append(s.landed, [2]uint64{off, n}) }})
+		LocalSize: local, Modules: modules, Landed: func(off, n uint64) { s.landed = append(s.landed, [2]uint64{off, n}) }})
 	if err != nil {
 		t.Fatal(err)
 	}
