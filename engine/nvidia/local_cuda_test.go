@@ -39,6 +39,8 @@ func TestLocalTrackerGPU(t *testing.T) { checkLocalTracker(t, testGPU(t), mmapWi
 
 func TestLocalScatteredGPU(t *testing.T) { checkLocalScattered(t, testGPU(t), mmapWin(t)) }
 
+func TestLocalBulkGPU(t *testing.T) { checkLocalBulk(t, testGPU(t), mmapWin(t)) }
+
 // TestLocalTrackerTimes measures a migration's work on local memory of the
 // sizes GMIG_LOCAL_TIMES lists in GiB (GMIG_LOCAL_TIMES=1,4,16 on the
 // H100; unset, the test skips): the pre-copy's snapshot of every page (device copy, hash,

@@ -244,3 +244,77 @@ func checkLocalScattered(t *testing.T, g *GPU, newWin func(int) []byte) {
 		}
 	}
 }
+
+// checkLocalBulk: with a bulk buffer registered (NVIDIAConfig.Bulk, a GPU
+// worker's), the tracker's Snapshot and Read into it and LoadLocalPacked
+// from it move the same bytes as through ordinary memory, and the
+// tracker's own pinned staging is not used for them (its bytes stay as
+// they were), while a Snapshot into ordinary memory goes through it.
+func checkLocalBulk(t *testing.T, g *GPU, newWin func(int) []byte) {
+	const pages = 64
+	local := uint64(pages) * pageBytes
+	bulk := newWin(2 * pages * pageBytes)
+	b, err := NewNVIDIA(NVIDIAConfig{GPU: g, Window: newWin(testWindow), LocalSize: local, Bulk: bulk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	want := randBytes(9, int(local))
+	if err := b.Write(localExtent(0, local), want); err != nil {
+		t.Fatal(err)
+	}
+	r, err := b.NewLocalTracker()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	tr := r.(*LocalTracker)
+	staging := func(v byte) bool { return bytes.Count(tr.host[:local], []byte{v}) == int(local) }
+	for i := range tr.host {
+		tr.host[i] = 0x5a
+	}
+	snap := bulk[pages*pageBytes:]
+	if err := tr.Snapshot(0, pages, snap); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(snap, want) || !staging(0x5a) {
+		t.Fatalf("snapshot into the bulk buffer: equal %v, staging untouched %v", bytes.Equal(snap, want), staging(0x5a))
+	}
+	list := []int{63, 0, 7, 8, 9, 30}
+	if err := tr.Read(list, bulk); err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range list {
+		if !bytes.Equal(bulk[i*pageBytes:(i+1)*pageBytes], want[p*pageBytes:(p+1)*pageBytes]) {
+			t.Fatalf("read of page %d into the bulk buffer differs", p)
+		}
+	}
+	if !staging(0x5a) {
+		t.Fatal("a read into the bulk buffer went through the tracker's staging")
+	}
+	plain := make([]byte, local)
+	if err := tr.Snapshot(0, pages, plain); err != nil || !bytes.Equal(plain, want) || staging(0x5a) {
+		t.Fatalf("snapshot into ordinary memory: %v, equal %v, through staging %v", err, bytes.Equal(plain, want), !staging(0x5a))
+	}
+	// LoadLocalPacked from the bulk buffer: the listed pages (packed at
+	// bulk's start by the Read above) onto a zeroed local memory.
+	if err := b.Fill(localExtent(0, local), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.LoadLocalPacked(list, bulk[:len(list)*pageBytes]); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, local)
+	if err := b.Read(got, localExtent(0, local)); err != nil {
+		t.Fatal(err)
+	}
+	for p := range pages {
+		exp := make([]byte, pageBytes)
+		if slices.Contains(list, p) {
+			exp = want[p*pageBytes : (p+1)*pageBytes]
+		}
+		if !bytes.Equal(got[p*pageBytes:(p+1)*pageBytes], exp) {
+			t.Fatalf("page %d after LoadLocalPacked from the bulk buffer", p)
+		}
+	}
+}

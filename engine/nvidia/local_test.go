@@ -15,3 +15,7 @@ func TestLocalTrackerModel(t *testing.T) {
 func TestLocalScatteredModel(t *testing.T) {
 	checkLocalScattered(t, NewModelGPU(), func(n int) []byte { return make([]byte, n) })
 }
+
+func TestLocalBulkModel(t *testing.T) {
+	checkLocalBulk(t, NewModelGPU(), func(n int) []byte { return make([]byte, n) })
+}

@@ -219,7 +219,16 @@ func (t *LocalTracker) hash(base, n, out uint64) error {
 // through pinned host staging and waits: a copy into pageable memory (a
 // Go slice) runs through the driver's small bounce buffers, far below
 // PCIe speed.
+//
+// Into the registered bulk buffer (NVIDIAConfig.Bulk) the copy lands
+// straight in dst.
 func (t *LocalTracker) fetch(dst []byte) error {
+	if t.b.inBulk(dst) {
+		if err := t.b.dev.CopyDtoH(dst, t.stage, t.stream); err != nil {
+			return err
+		}
+		return t.b.dev.Sync(t.stream)
+	}
 	h := t.host[:len(dst)]
 	if err := t.b.dev.CopyDtoH(h, t.stage, t.stream); err != nil {
 		return err
@@ -281,21 +290,29 @@ func (b *NVIDIA) LoadLocal(pages []int, mem []byte) error {
 	if uint64(len(mem)) < b.cfg.LocalSize {
 		return fmt.Errorf("nvidia: loading local pages from %d bytes into %d of device-local memory", len(mem), b.cfg.LocalSize)
 	}
-	return b.loadLocal(pages, func(_, p int) []byte { return mem[p*pageBytes : (p+1)*pageBytes] })
+	return b.loadLocal(pages, func(_, p int) []byte { return mem[p*pageBytes : (p+1)*pageBytes] }, nil)
 }
 
 // LoadLocalPacked is LoadLocal with the pages' bytes packed in list
 // order, page pages[i] at packed[i*4096:] (what a GPU worker receives:
-// the listed pages alone).
+// the listed pages alone). From the registered bulk buffer
+// (NVIDIAConfig.Bulk) each chunk crosses PCIe straight from packed.
 func (b *NVIDIA) LoadLocalPacked(pages []int, packed []byte) error {
 	if len(packed) < len(pages)*pageBytes {
 		return fmt.Errorf("nvidia: loading %d local pages from %d bytes", len(pages), len(packed))
 	}
-	return b.loadLocal(pages, func(i, _ int) []byte { return packed[i*pageBytes : (i+1)*pageBytes] })
+	packed = packed[:len(pages)*pageBytes]
+	var direct []byte
+	if b.inBulk(packed) {
+		direct = packed
+	}
+	return b.loadLocal(pages, func(i, _ int) []byte { return packed[i*pageBytes : (i+1)*pageBytes] }, direct)
 }
 
-// loadLocal is LoadLocal with page(i, p), the bytes of pages[i] = p.
-func (b *NVIDIA) loadLocal(pages []int, page func(i, p int) []byte) error {
+// loadLocal is LoadLocal with page(i, p), the bytes of pages[i] = p; or,
+// when direct is set, the pages packed there in list order, in pinned
+// memory, copied to the device from where they are.
+func (b *NVIDIA) loadLocal(pages []int, page func(i, p int) []byte, direct []byte) error {
 	n := b.cfg.LocalSize / pageBytes
 	if b.local == nil {
 		return fmt.Errorf("nvidia: loading local pages into a back end without device-local memory")
@@ -318,11 +335,17 @@ func (b *NVIDIA) loadLocal(pages []int, page func(i, p int) []byte) error {
 	for done := 0; done < len(pages); {
 		k := min(len(pages)-done, stagePages)
 		var ps []nvPiece
+		src := stage[:k*pageBytes]
+		if direct != nil {
+			src = direct[done*pageBytes : (done+k)*pageBytes]
+		}
 		for i, p := range pages[done : done+k] {
-			copy(stage[i*pageBytes:(i+1)*pageBytes], page(done+i, p))
+			if direct == nil {
+				copy(stage[i*pageBytes:(i+1)*pageBytes], page(done+i, p))
+			}
 			ps = appendPiece(ps, uint64(b.scratch)+uint64(i)*pageBytes, base+uint64(p)*pageBytes, pageBytes)
 		}
-		if err := b.dev.CopyHtoD(b.scratch, stage[:k*pageBytes], b.stream); err != nil {
+		if err := b.dev.CopyHtoD(b.scratch, src, b.stream); err != nil {
 			return fmt.Errorf("nvidia: loading device-local memory: %w", err)
 		}
 		if err := b.runPieces(b.g.fn.copyPieces, ps, false); err != nil {

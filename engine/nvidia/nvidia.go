@@ -62,7 +62,14 @@ type NVIDIAConfig struct {
 	// dirty tracking exact (vgpu wires it to the same observer as the
 	// engine's writes).
 	Landed func(off, n uint64)
-	Log    zerolog.Logger
+	// Bulk, when set, is host memory (page aligned, whole pages, mapped
+	// until Close) that the back end page-locks as it does the window: a
+	// LocalTracker's Snapshot and Read into it, and LoadLocalPacked from
+	// it, then cross PCIe straight from and into it (DMA), with no pass
+	// through the back end's own pinned staging and no CPU copy. A GPU
+	// worker's bulk buffer.
+	Bulk []byte
+	Log  zerolog.Logger
 }
 
 // NVIDIAStats counts the back end's traffic, for measuring the cost of the
@@ -99,6 +106,7 @@ type NVIDIA struct {
 
 	stream cuda.Stream
 	host   cuda.DevPtr // device address of the registered window
+	bulk   cuda.DevPtr // device address of the registered cfg.Bulk (0: none)
 	mirror gpuMapping  // graphics memory on the device
 	pend   *pending
 	local  gpuMapping // device-local memory (nil without): local.go
@@ -163,6 +171,11 @@ func (b *NVIDIA) open() error {
 	if b.host, err = b.dev.HostRegister(b.cfg.Window); err != nil {
 		return fmt.Errorf("nvidia: page-locking the %d-byte window: %w", b.size, err)
 	}
+	if len(b.cfg.Bulk) > 0 {
+		if b.bulk, err = b.dev.HostRegister(b.cfg.Bulk); err != nil {
+			return fmt.Errorf("nvidia: page-locking the %d-byte bulk buffer: %w", len(b.cfg.Bulk), err)
+		}
+	}
 	if b.mirror, err = b.dev.NewMapping(b.size, 0, 0); err != nil {
 		return fmt.Errorf("nvidia: mapping %d bytes of device memory: %w", b.size, err)
 	}
@@ -209,6 +222,10 @@ func (b *NVIDIA) Close() error {
 	if b.host != 0 {
 		keep(b.dev.HostUnregister(b.cfg.Window))
 		b.host = 0
+	}
+	if b.bulk != 0 {
+		keep(b.dev.HostUnregister(b.cfg.Bulk))
+		b.bulk = 0
 	}
 	if b.stream != 0 {
 		keep(b.dev.DestroyStream(b.stream))

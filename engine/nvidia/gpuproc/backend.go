@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"github.com/gmig-dev/gmig/engine"
+	"github.com/gmig-dev/gmig/engine/cpuref"
 	"github.com/gmig-dev/gmig/engine/nvidia"
 	"github.com/gmig-dev/gmig/gtt"
 	"github.com/gmig-dev/gmig/internal/cuda"
@@ -56,7 +57,34 @@ func (c *Client) Write(dst []gtt.Extent, src []byte) error {
 			return nil
 		}
 	}
+	if len(src) >= bulkMin {
+		return c.writeBulk(dst, src)
+	}
 	return c.do(OpWrite, &Msg{Dst: dst, Data: src})
+}
+
+// writeBulk is Write through the bulk buffer, a chunk a call. (A Write
+// of more than a chunk whose later extents fail has stored the earlier
+// chunks; the back end in process checks every extent first.)
+func (c *Client) writeBulk(dst []gtt.Extent, src []byte) error {
+	n, ok := extentBytes(dst)
+	if !ok || n != uint64(len(src)) {
+		return fmt.Errorf("gpuproc: %w: write of %d bytes into %d", cpuref.ErrBounds, len(src), n)
+	}
+	return bulkExtents(dst, n, func(xs []gtt.Extent, from, to uint64) error {
+		return c.bulkCall(c.eng, OpWriteBulk, &Msg{Dst: xs}, int(to-from), func(b []byte) { copy(b, src[from:to]) }, nil)
+	})
+}
+
+// readBulk is Read through the bulk buffer, a chunk a call.
+func (c *Client) readBulk(dst []byte, src []gtt.Extent) error {
+	n, ok := extentBytes(src)
+	if !ok || n != uint64(len(dst)) {
+		return fmt.Errorf("gpuproc: %w: read of %d bytes into %d", cpuref.ErrBounds, n, len(dst))
+	}
+	return bulkExtents(src, n, func(xs []gtt.Extent, from, to uint64) error {
+		return c.bulkCall(c.eng, OpReadBulk, &Msg{Src: xs}, int(to-from), nil, func(b []byte) { copy(dst[from:to], b) })
+	})
 }
 
 // windowSpans returns the window bytes xs name, if every extent lies in
@@ -88,6 +116,13 @@ func (c *Client) Read(dst []byte, src []gtt.Extent) error {
 	if !c.pending.Load() && c.lost.Load() == nil && c.readWindow(dst, src) {
 		c.local.Add(1)
 		return nil
+	}
+	if len(dst) >= bulkMin {
+		err := c.readBulk(dst, src)
+		if errors.Is(err, ErrWorkerLost) && c.readWindow(dst, src) {
+			return nil
+		}
+		return err
 	}
 	rep, err := c.call(c.eng, OpRead, &Msg{Src: src, X: uint64(len(dst))})
 	if errors.Is(err, ErrWorkerLost) && c.readWindow(dst, src) {
@@ -208,18 +243,44 @@ func (c *Client) PlaceLocal(addr uint64) error {
 
 // LoadLocal sends the listed pages of mem alone (the worker has no copy of
 // local memory's host image: the pool's local range is gmigd's anonymous
-// memory).
+// memory): through the bulk buffer, a chunk a call, unless they are few.
 func (c *Client) LoadLocal(pages []int, mem []byte) error {
-	words := make([]uint64, len(pages))
-	data := make([]byte, 0, len(pages)*pageSize)
-	for i, p := range pages {
-		if p < 0 || (p+1)*pageSize > len(mem) {
-			return fmt.Errorf("gpuproc: loading local page %d from %d bytes", p, len(mem))
+	limit := int(c.cfg.LocalSize / pageSize)
+	for _, p := range pages {
+		if p < 0 || p >= limit || (p+1)*pageSize > len(mem) {
+			return fmt.Errorf("gpuproc: loading local page %d (of %d) from %d bytes", p, limit, len(mem))
 		}
-		words[i] = uint64(p)
+	}
+	if len(pages)*pageSize >= bulkMin {
+		per := bulkChunk / pageSize
+		for done := 0; done < len(pages); {
+			chunk := pages[done : done+min(per, len(pages)-done)]
+			fill := func(b []byte) {
+				for i, p := range chunk {
+					copy(b[i*pageSize:(i+1)*pageSize], mem[p*pageSize:(p+1)*pageSize])
+				}
+			}
+			if err := c.bulkCall(c.eng, OpLoadLocalBulk, &Msg{Words: pageWords(chunk)}, len(chunk)*pageSize, fill, nil); err != nil {
+				return err
+			}
+			done += len(chunk)
+		}
+		return nil
+	}
+	data := make([]byte, 0, len(pages)*pageSize)
+	for _, p := range pages {
 		data = append(data, mem[p*pageSize:(p+1)*pageSize]...)
 	}
-	return c.do(OpLoadLocal, &Msg{Words: words, Data: data})
+	return c.do(OpLoadLocal, &Msg{Words: pageWords(pages), Data: data})
+}
+
+// pageWords is a page list as the wire has it.
+func pageWords(pages []int) []uint64 {
+	words := make([]uint64, len(pages))
+	for i, p := range pages {
+		words[i] = uint64(p)
+	}
+	return words
 }
 
 // PageHasher hashes the window from gmigd's own CUDA context: it reads

@@ -1,6 +1,8 @@
 package gpuproc
 
 import (
+	"fmt"
+	"math"
 	"testing"
 
 	"github.com/rs/zerolog"
@@ -82,4 +84,63 @@ func BenchmarkEngineLaunch(b *testing.B) {
 		}
 		must(b, s.b.Sync())
 	})
+}
+
+// BenchmarkStopPhaseLocal: a migration's stop-phase traffic of
+// device-local memory, n changed pages (every other page: runs of one, as
+// scattered dirty pages are) — the local tracker's Read (the source) and
+// LoadLocal of the same pages (the destination) — in this process, through
+// a worker with the payloads on the socket (the path before the bulk
+// buffer: bulkMin off) and through a worker with the bulk buffer, side by
+// side (docs/nvidia.md "Isolation" has the ratios).
+func BenchmarkStopPhaseLocal(b *testing.B) {
+	modes := []struct {
+		name   string
+		worker bool
+		min    int
+	}{{"in-process", false, bulkMin}, {"worker-socket", true, math.MaxInt}, {"worker-bulk", true, bulkMin}}
+	for _, n := range []int{4096, 40960} {
+		local := uint64(2*n) * pageSize
+		pages := make([]int, n)
+		for i := range pages {
+			pages[i] = 2 * i
+		}
+		for _, m := range modes {
+			b.Run(fmt.Sprintf("pages=%d/%s", n, m.name), func(b *testing.B) {
+				withBulk(b, m.min, BulkSize/2)
+				p := newPoolSized(b, testWindow+local+(2<<20))
+				var s *side
+				if m.worker {
+					s = startWorkerLocal(b, p, false, zerolog.Nop(), local)
+				} else {
+					s = startInProcessLocal(b, p, false, local)
+				}
+				tr, err := s.b.NewLocalTracker()
+				must(b, err)
+				defer tr.Close()
+				buf, mem := make([]byte, n*pageSize), make([]byte, local)
+				for i := range mem {
+					mem[i] = byte(i / pageSize)
+				}
+				b.Run("read", func(b *testing.B) {
+					b.SetBytes(int64(n * pageSize))
+					for b.Loop() {
+						must(b, tr.Read(pages, buf))
+					}
+				})
+				b.Run("load", func(b *testing.B) {
+					b.SetBytes(int64(n * pageSize))
+					for b.Loop() {
+						must(b, s.b.LoadLocal(pages, mem))
+					}
+				})
+				must(b, tr.Read(pages, buf))
+				for i, p := range pages {
+					if buf[i*pageSize] != byte(p) {
+						b.Fatalf("page %d read back as %#x after LoadLocal", p, buf[i*pageSize])
+					}
+				}
+			})
+		}
+	}
 }

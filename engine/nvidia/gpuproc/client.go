@@ -53,6 +53,7 @@ type Client struct {
 	cmd  *exec.Cmd
 	eng  *conn
 	side *conn
+	bulk []byte // the bulk buffer (bulk.go), mapped; nil once unmapped
 
 	info      cuda.DeviceInfo
 	base      atomic.Uint64 // DeviceAddrBase: set by open and PlaceLocal
@@ -73,6 +74,7 @@ type Client struct {
 	// only) then cost no more than in process.
 	pending atomic.Bool
 	local   atomic.Uint64 // operations served here, for Stats
+	bulkN   atomic.Uint64 // calls whose payload crossed in the bulk buffer
 
 	closing atomic.Bool
 	exited  chan struct{} // closed when the worker has been waited for
@@ -135,11 +137,20 @@ func Start(cfg Config) (*Client, error) {
 		engW.Close()
 		return nil, err
 	}
+	bulkF, bulk, err := newBulk(cfg.Name)
+	if err != nil {
+		engC.Close()
+		engW.Close()
+		sideC.Close()
+		sideW.Close()
+		return nil, err
+	}
+	defer bulkF.Close() // the worker has its own descriptor, both the mapping
 	cmd := &exec.Cmd{
 		Path:       "/proc/self/exe", // this very executable, even if replaced on disk since
 		Args:       []string{"gmig-gpu-worker", cfg.Name},
 		Env:        append(os.Environ(), WorkerEnv+"="+cfg.Name),
-		ExtraFiles: []*os.File{engW, sideW, cfg.Memfd},
+		ExtraFiles: []*os.File{engW, sideW, cfg.Memfd, bulkF},
 		Stdout:     os.Stderr,
 		Stderr:     os.Stderr,
 	}
@@ -149,9 +160,10 @@ func Start(cfg Config) (*Client, error) {
 	if err != nil {
 		engC.Close()
 		sideC.Close()
+		_ = syscall.Munmap(bulk)
 		return nil, fmt.Errorf("gpuproc: starting the GPU worker of vGPU %s: %w", cfg.Name, err)
 	}
-	c := &Client{cfg: cfg, cmd: cmd, handles: map[uint32]bool{}, exited: make(chan struct{})}
+	c := &Client{cfg: cfg, cmd: cmd, bulk: bulk, handles: map[uint32]bool{}, exited: make(chan struct{})}
 	c.log = cfg.Log.With().Int("gpu_worker_pid", cmd.Process.Pid).Logger()
 	c.eng, c.side = newConn(engC), newConn(sideC)
 	c.posts.wake = make(chan struct{}, 1)
@@ -217,6 +229,11 @@ func (c *Client) Alive() bool { return c.lost.Load() == nil }
 func (c *Client) call(cn *conn, op Op, req *Msg) (Msg, error) {
 	cn.mu.Lock()
 	defer cn.mu.Unlock()
+	return c.callLocked(cn, op, req)
+}
+
+// callLocked is call with cn.mu held.
+func (c *Client) callLocked(cn *conn, op Op, req *Msg) (Msg, error) {
 	if l := c.lost.Load(); l != nil {
 		return Msg{}, l
 	}
@@ -344,7 +361,8 @@ func (c *Client) open() error {
 }
 
 // Close ends the worker: its back end closes (device memory freed), the
-// process exits and is waited for (killed if it does not exit in time).
+// process exits and is waited for (killed if it does not exit in time),
+// and the bulk buffer is unmapped.
 func (c *Client) Close() error {
 	if !c.closing.CompareAndSwap(false, true) {
 		<-c.exited
@@ -366,6 +384,7 @@ func (c *Client) Close() error {
 	c.eng.shut() // the worker exits when its engine connection closes
 	c.side.shut()
 	<-c.exited
+	c.unmapBulk()
 	c.log.Info().Str("exit", c.cmd.ProcessState.String()).Msg("gpuproc: GPU worker stopped")
 	return errors.Join(errs...)
 }

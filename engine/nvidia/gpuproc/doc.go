@@ -13,9 +13,14 @@
 // posted and write-backs reported before the call's reply, and a second
 // socket for what runs beside the engine (statistics, the migration's
 // reader of device-local memory). The partition's memfd, the aperture, is
-// shared: mapped by the worker, never copied.
+// shared: mapped by the worker, never copied. Bulk payloads (device-local
+// memory's reads and writes, LoadLocal, the tracker's snapshots and
+// reads) cross in a bulk buffer, a memfd of the worker's own that both
+// map, a region per connection (bulk.go); the frames carry where.
 //
-// Lock order (client): conn.mu, then posts.mu. The server has no locks:
+// Lock order (client): conn.mu (the engine connection's before the side
+// connection's, where both are held: unmapBulk), then posts.mu. The
+// server has no locks:
 // each connection is one goroutine's, and the side connection waits for
 // the engine connection's open before its first call.
 package gpuproc

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -38,9 +40,12 @@ type side struct {
 }
 
 // newPool returns a pool for the test's partitions.
-func newPool(t testing.TB) *pool.Pool {
+func newPool(t testing.TB) *pool.Pool { return newPoolSized(t, 8<<20) }
+
+// newPoolSized returns a pool of size bytes.
+func newPoolSized(t testing.TB, size uint64) *pool.Pool {
 	t.Helper()
-	p, err := pool.New(8 << 20)
+	p, err := pool.New(size)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,9 +53,9 @@ func newPool(t testing.TB) *pool.Pool {
 	return p
 }
 
-func allocPart(t testing.TB, p *pool.Pool) (pool.Partition, []byte) {
+func allocPart(t testing.TB, p *pool.Pool, local uint64) (pool.Partition, []byte) {
 	t.Helper()
-	part, err := p.AllocLocal(testWindow, testLocal)
+	part, err := p.AllocLocal(testWindow, local)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,14 +65,20 @@ func allocPart(t testing.TB, p *pool.Pool) (pool.Partition, []byte) {
 // startWorker starts a worker for a fresh partition of p.
 func startWorker(t testing.TB, p *pool.Pool, modules bool, log zerolog.Logger) *side {
 	t.Helper()
+	return startWorkerLocal(t, p, modules, log, testLocal)
+}
+
+// startWorkerLocal is startWorker with local bytes of device-local memory.
+func startWorkerLocal(t testing.TB, p *pool.Pool, modules bool, log zerolog.Logger, local uint64) *side {
+	t.Helper()
 	t.Setenv(nvidia.ModelEnv, "1")
 	s := &side{}
-	s.part, s.window = allocPart(t, p)
+	s.part, s.window = allocPart(t, p, local)
 	f, err := p.File(s.part)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := Start(Config{Name: "test", Memfd: f, Window: s.window, WindowOff: s.part.Offset, LocalSize: testLocal,
+	c, err := Start(Config{Name: "test", Memfd: f, Window: s.window, WindowOff: s.part.Offset, LocalSize: local,
 		Modules: modules, Landed: func(off, n uint64) { s.landed = append(s.landed, [2]uint64{off, n}) },
 		Log: log.With().Str("vgpu", "test").Logger()})
 	if err != nil {
@@ -82,10 +93,17 @@ func startWorker(t testing.TB, p *pool.Pool, modules bool, log zerolog.Logger) *
 // GPU of its own.
 func startInProcess(t testing.TB, p *pool.Pool, modules bool) *side {
 	t.Helper()
+	return startInProcessLocal(t, p, modules, testLocal)
+}
+
+// startInProcessLocal is startInProcess with local bytes of device-local
+// memory.
+func startInProcessLocal(t testing.TB, p *pool.Pool, modules bool, local uint64) *side {
+	t.Helper()
 	s := &side{}
-	s.part, s.window = allocPart(t, p)
+	s.part, s.window = allocPart(t, p, local)
 	b, err := nvidia.NewNVIDIA(nvidia.NVIDIAConfig{GPU: nvidia.NewModelGPU(), Window: s.window, WindowOff: s.part.Offset,
-		LocalSize: testLocal, Modules: modules, Landed: func(off, n uint64) { s.landed = append(s.landed, [2]uint64{off, n}) }})
+		LocalSize: local, Modules: modules, Landed: func(off, n uint64) { s.landed = append(s.landed, [2]uint64{off, n}) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,11 +118,33 @@ func (s *side) xs(off, n uint64) []gtt.Extent {
 	return []gtt.Extent{{Off: s.part.Offset + off, Len: n}}
 }
 
+// withBulk sets the client's bulk threshold and chunk for the test (and
+// its subtests): payloads of min bytes and more cross in the bulk buffer,
+// chunk bytes a call.
+func withBulk(t testing.TB, min, chunk int) {
+	oldMin, oldChunk := bulkMin, bulkChunk
+	bulkMin, bulkChunk = min, chunk
+	t.Cleanup(func() { bulkMin, bulkChunk = oldMin, oldChunk })
+}
+
+// bulkModes runs test with payloads inline (the socket only) and through
+// the bulk buffer, from 1 KiB, in chunks of chunk bytes.
+func bulkModes(t *testing.T, chunk int, test func(t *testing.T)) {
+	t.Run("inline", func(t *testing.T) { withBulk(t, math.MaxInt, BulkSize/2); test(t) })
+	t.Run("bulk", func(t *testing.T) { withBulk(t, 1<<10, chunk); test(t) })
+}
+
 // TestClientMatchesInProcess: a random program of every engine operation
 // on aperture and device-local memory gives, through the worker, the same
 // results, errors, window bytes and landed ranges (in the same order) as
-// the back end in this process.
+// the back end in this process; with payloads inline and through the
+// bulk buffer (Writes and Reads of up to 8 KiB: above the threshold,
+// in one chunk).
 func TestClientMatchesInProcess(t *testing.T) {
+	bulkModes(t, BulkSize/2, matchesInProcess)
+}
+
+func matchesInProcess(t *testing.T) {
 	p := newPool(t)
 	w, in := startWorker(t, p, false, zerolog.Nop()), startInProcess(t, p, false)
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -181,6 +221,9 @@ func TestClientMatchesInProcess(t *testing.T) {
 		if w.landed[i] != in.landed[i] {
 			t.Fatalf("landed range %d: %v through the worker, %v in process", i, w.landed[i], in.landed[i])
 		}
+	}
+	if n := w.b.(*Client).bulkN.Load(); (bulkMin < math.MaxInt) != (n > 0) {
+		t.Errorf("%d calls through the bulk buffer (threshold %d)", n, bulkMin)
 	}
 	err := w.b.Copy(w.xs(0, 8), w.xs(testWindow+testLocal, 8))
 	if !errors.Is(err, errBitsSentinel(3)) {
@@ -304,8 +347,15 @@ func TestClientCloseEndsWorker(t *testing.T) {
 // TestClientLocalTracker: the migration's reader of device-local memory
 // through the side connection: snapshots carry what commands wrote, a
 // write behind the engine's back is found changed and read, and LoadLocal
-// puts pages back.
+// puts pages back; with payloads inline and through the bulk buffer in
+// chunks of 3 pages (a whole snapshot, a read of the changed pages and a
+// LoadLocal of every page span many chunks), while the engine connection
+// moves bulk payloads of its own.
 func TestClientLocalTracker(t *testing.T) {
+	bulkModes(t, 3*pageSize, localTracker)
+}
+
+func localTracker(t *testing.T) {
 	w := startWorker(t, newPool(t), false, zerolog.Nop())
 	c := w.b
 	data := bytes.Repeat([]byte{1, 2, 3, 4, 5, 6, 7}, testLocal/7)
@@ -317,29 +367,72 @@ func TestClientLocalTracker(t *testing.T) {
 	if tr.Pages() != testLocal/pageSize {
 		t.Fatalf("%d pages, want %d", tr.Pages(), testLocal/pageSize)
 	}
+	// The pre-copy's snapshot on the side connection while the engine
+	// connection writes and reads the same bytes back (its own region).
 	snap := make([]byte, testLocal)
+	engine := make(chan error, 1)
+	go func() {
+		back := make([]byte, testLocal/2)
+		for range 8 {
+			if err := c.Write(w.xs(testWindow, testLocal/2), data[:testLocal/2]); err != nil {
+				engine <- err
+				return
+			}
+			if err := c.Read(back, w.xs(testWindow, testLocal/2)); err != nil || !bytes.Equal(back, data[:testLocal/2]) {
+				engine <- fmt.Errorf("engine read back: %v (equal %v)", err, bytes.Equal(back, data[:testLocal/2]))
+				return
+			}
+		}
+		engine <- nil
+	}()
 	must(t, tr.Snapshot(0, tr.Pages(), snap))
+	must(t, <-engine)
 	if !bytes.Equal(snap, data) {
 		t.Fatal("snapshot differs from what was written")
 	}
-	must(t, c.ModelWrite(c.DeviceAddrBase()+5*pageSize+9, []byte("kernel")))
+	for i, p := range []int{5, 6, 7, 20, 21, 40, 63} {
+		must(t, c.ModelWrite(c.DeviceAddrBase()+uint64(p)*pageSize+9, []byte{'k', 'e', 'r', 'n', 'e', 'l', byte(i)}))
+	}
 	changed, err := tr.Changed()
 	must(t, err)
-	if len(changed) != 1 || changed[0] != 5 {
-		t.Fatalf("changed pages %v, want [5]", changed)
+	if fmt.Sprint(changed) != "[5 6 7 20 21 40 63]" {
+		t.Fatalf("changed pages %v, want [5 6 7 20 21 40 63]", changed)
 	}
-	page := make([]byte, pageSize)
-	must(t, tr.Read(changed, page))
-	if string(page[9:15]) != "kernel" {
-		t.Fatalf("read page 5: % x", page[:16])
+	pages := make([]byte, len(changed)*pageSize)
+	must(t, tr.Read(changed, pages))
+	for i := range changed {
+		page := pages[i*pageSize : (i+1)*pageSize]
+		if string(page[9:15]) != "kernel" || page[15] != byte(i) {
+			t.Fatalf("read page %d: % x", changed[i], page[:16])
+		}
 	}
-	must(t, c.LoadLocal([]int{5}, data))
-	must(t, tr.Read([]int{5}, page))
-	if !bytes.Equal(page, data[5*pageSize:6*pageSize]) {
-		t.Fatal("LoadLocal did not put page 5 back")
+	all := make([]int, tr.Pages())
+	for i := range all {
+		all[i] = len(all) - 1 - i // descending: the list order is not the pages'
+	}
+	must(t, c.LoadLocal(all, data))
+	must(t, tr.Read(changed, pages))
+	for i, p := range changed {
+		if !bytes.Equal(pages[i*pageSize:(i+1)*pageSize], data[p*pageSize:(p+1)*pageSize]) {
+			t.Fatalf("LoadLocal did not put page %d back", p)
+		}
+	}
+	if err := tr.Read([]int{tr.Pages()}, pages); err == nil {
+		t.Error("read of a page past local memory succeeded")
+	}
+	if err := c.LoadLocal([]int{tr.Pages()}, make([]byte, testLocal+pageSize)); err == nil {
+		t.Error("LoadLocal of a page past local memory succeeded")
 	}
 	if st := c.Stats(); st.Commands == 0 {
 		t.Errorf("stats %+v: no commands counted", st)
+	}
+	// In chunks of 3 pages: the first Write (22 calls), the snapshot (22),
+	// the engine's Writes and Reads (8 × 2 × 11), the reads of the
+	// changed pages (2 × 3), LoadLocal (22).
+	if n := c.(*Client).bulkN.Load(); bulkMin < math.MaxInt && n != 22+22+8*2*11+2*3+22 {
+		t.Errorf("%d bulk calls, want %d", n, 22+22+8*2*11+2*3+22)
+	} else if bulkMin == math.MaxInt && n != 0 {
+		t.Errorf("%d bulk calls with the bulk buffer off", n)
 	}
 }
 

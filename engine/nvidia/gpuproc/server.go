@@ -23,6 +23,7 @@ import (
 type server struct {
 	log    zerolog.Logger
 	window []byte // the partition's aperture, mapped from its memfd
+	bulk   []byte // the bulk buffer (BulkSize bytes), mapped from its memfd
 
 	ready chan struct{} // closed once b is set (OpOpen)
 	b     *nvidia.NVIDIA
@@ -70,6 +71,23 @@ var handlers = [opCount]handler{
 	OpTrackerChanged:     (*server).trackerChanged,
 	OpTrackerRead:        (*server).trackerRead,
 	OpTrackerClose:       (*server).trackerClose,
+	OpWriteBulk: func(s *server, m *Msg) (Msg, error) {
+		b, err := s.bulkOf(m)
+		if err != nil {
+			return Msg{}, err
+		}
+		return Msg{}, s.b.Write(m.Dst, b)
+	},
+	OpReadBulk: func(s *server, m *Msg) (Msg, error) {
+		b, err := s.bulkOf(m)
+		if err != nil {
+			return Msg{}, err
+		}
+		return Msg{}, s.b.Read(b, m.Src)
+	},
+	OpLoadLocalBulk:       (*server).loadLocalBulk,
+	OpTrackerSnapshotBulk: (*server).trackerSnapshotBulk,
+	OpTrackerReadBulk:     (*server).trackerReadBulk,
 }
 
 // serve answers requests from r, writing to w, until r fails (the client
@@ -184,6 +202,7 @@ func (s *server) open(m *Msg) (Msg, error) {
 		LocalSize: m.Y,
 		Modules:   m.B&openModules != 0,
 		Landed:    s.landed,
+		Bulk:      s.bulk, // page-locked: the local tracker and LoadLocal copy straight from and into it
 		Log:       s.log,
 	})
 	if err != nil {
@@ -244,6 +263,36 @@ func (s *server) loadLocal(m *Msg) (Msg, error) {
 		return Msg{}, err
 	}
 	return Msg{}, s.b.LoadLocalPacked(pages, m.Data)
+}
+
+// bulkOf is the bulk buffer's bytes at m.Bulk (the decoder checked that
+// the span lies in the connection's region).
+func (s *server) bulkOf(m *Msg) ([]byte, error) {
+	if len(s.bulk) != BulkSize {
+		return nil, fmt.Errorf("gpuproc: %w: a bulk span, and no bulk buffer", ErrMalformed)
+	}
+	return s.bulk[m.Bulk.Off : m.Bulk.Off+m.Bulk.Len : m.Bulk.Off+m.Bulk.Len], nil
+}
+
+// bulkPages is bulkOf for n pages: the span must hold exactly them.
+func (s *server) bulkPages(m *Msg, n int) ([]byte, error) {
+	b, err := s.bulkOf(m)
+	if err == nil && uint64(len(b)) != uint64(n)*pageSize {
+		err = fmt.Errorf("gpuproc: %w: %d pages in a %d-byte bulk span", ErrMalformed, n, len(b))
+	}
+	return b, err
+}
+
+func (s *server) loadLocalBulk(m *Msg) (Msg, error) {
+	pages, err := pageList(m.Words)
+	if err != nil {
+		return Msg{}, err
+	}
+	b, err := s.bulkPages(m, len(pages))
+	if err != nil {
+		return Msg{}, err
+	}
+	return Msg{}, s.b.LoadLocalPacked(pages, b)
 }
 
 // close releases the back end (OpClose, or the client gone).
@@ -317,6 +366,32 @@ func (s *server) trackerRead(m *Msg) (Msg, error) {
 	}
 	buf := make([]byte, len(pages)*pageSize)
 	return Msg{Data: buf}, s.tracker.Read(pages, buf)
+}
+
+func (s *server) trackerSnapshotBulk(m *Msg) (Msg, error) {
+	if err := s.trackerCheck(); err != nil {
+		return Msg{}, err
+	}
+	b, err := s.bulkPages(m, int(m.B))
+	if err != nil {
+		return Msg{}, err
+	}
+	return Msg{}, s.tracker.Snapshot(int(m.A), int(m.B), b)
+}
+
+func (s *server) trackerReadBulk(m *Msg) (Msg, error) {
+	if err := s.trackerCheck(); err != nil {
+		return Msg{}, err
+	}
+	pages, err := pageList(m.Words)
+	if err != nil {
+		return Msg{}, err
+	}
+	b, err := s.bulkPages(m, len(pages))
+	if err != nil {
+		return Msg{}, err
+	}
+	return Msg{}, s.tracker.Read(pages, b)
 }
 
 func (s *server) trackerClose(*Msg) (Msg, error) {

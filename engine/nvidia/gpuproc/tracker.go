@@ -31,6 +31,19 @@ func (t *tracker) Snapshot(first, n int, buf []byte) error {
 	if first < 0 || n < 0 || first+n > t.pages || len(buf) < n*pageSize {
 		return fmt.Errorf("gpuproc: local snapshot of pages [%d, +%d) of %d into %d bytes", first, n, t.pages, len(buf))
 	}
+	if n*pageSize >= bulkMin {
+		per := bulkChunk / pageSize
+		for done := 0; done < n; {
+			k := min(per, n-done)
+			out := buf[done*pageSize : (done+k)*pageSize]
+			if err := t.c.bulkCall(t.c.side, OpTrackerSnapshotBulk, &Msg{A: uint32(first + done), B: uint32(k)}, k*pageSize,
+				nil, func(b []byte) { copy(out, b) }); err != nil {
+				return err
+			}
+			done += k
+		}
+		return nil
+	}
 	rep, err := t.c.call(t.c.side, OpTrackerSnapshot, &Msg{A: uint32(first), B: uint32(n)})
 	if err != nil {
 		return err
@@ -55,11 +68,25 @@ func (t *tracker) Read(pages []int, buf []byte) error {
 	if len(buf) < len(pages)*pageSize {
 		return fmt.Errorf("gpuproc: %d local pages into %d bytes", len(pages), len(buf))
 	}
-	words := make([]uint64, len(pages))
-	for i, p := range pages {
-		words[i] = uint64(p)
+	for _, p := range pages {
+		if p < 0 || p >= t.pages {
+			return fmt.Errorf("gpuproc: local page %d out of range [0, %d)", p, t.pages)
+		}
 	}
-	rep, err := t.c.call(t.c.side, OpTrackerRead, &Msg{Words: words})
+	if len(pages)*pageSize >= bulkMin {
+		per := bulkChunk / pageSize
+		for done := 0; done < len(pages); {
+			chunk := pages[done : done+min(per, len(pages)-done)]
+			out := buf[done*pageSize : (done+len(chunk))*pageSize]
+			if err := t.c.bulkCall(t.c.side, OpTrackerReadBulk, &Msg{Words: pageWords(chunk)}, len(chunk)*pageSize,
+				nil, func(b []byte) { copy(out, b) }); err != nil {
+				return err
+			}
+			done += len(chunk)
+		}
+		return nil
+	}
+	rep, err := t.c.call(t.c.side, OpTrackerRead, &Msg{Words: pageWords(pages)})
 	if err != nil {
 		return err
 	}

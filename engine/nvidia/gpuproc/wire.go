@@ -87,6 +87,13 @@ const (
 	OpTrackerRead
 	OpTrackerClose
 	OpLanded // KindLanded frames' op
+	// The bulk buffer's operations (bulk.go): the bytes lie in the bulk
+	// buffer, the frame names where (fBulk).
+	OpWriteBulk
+	OpReadBulk
+	OpLoadLocalBulk
+	OpTrackerSnapshotBulk
+	OpTrackerReadBulk
 	opCount
 )
 
@@ -100,7 +107,12 @@ type Msg struct {
 	Data     []byte
 	Str      string
 	Grid     engine.Grid
+	Bulk     Span
 }
+
+// Span is a byte range of the bulk buffer (bulk.go): on the wire, u64
+// offset and u64 length, inside the region of the op's connection.
+type Span struct{ Off, Len uint64 }
 
 // field is one Msg field on the wire.
 type field uint8
@@ -117,6 +129,7 @@ const (
 	fData                   // u32 length, then the bytes
 	fStr                    // u32 length, then the bytes
 	fGrid                   // 7 × u32: X, Y, Z, BlockX, BlockY, BlockZ, SharedBytes
+	fBulk                   // u64 offset, u64 length: a Span of the op's connection's bulk region
 )
 
 // layout is an operation's request and reply fields, in wire order.
@@ -138,33 +151,42 @@ type layout struct {
 //   - Stats: reply Words, NVIDIAStats' counters in declaration order.
 //   - TrackerSnapshot: A first page, B pages; reply Data.
 //   - TrackerRead: Words pages; reply Data. TrackerChanged: reply Words.
+//   - The bulk ops are their namesakes with Data in the bulk buffer at
+//     Bulk: WriteBulk and LoadLocalBulk read it, ReadBulk,
+//     TrackerSnapshotBulk and TrackerReadBulk fill it (their replies
+//     carry nothing).
 var layouts = [opCount]layout{
-	OpOpen:               {"open", []field{fA, fB, fX, fY, fStr}, []field{fX, fY, fData}, false},
-	OpCopy:               {"copy", []field{fDst, fSrc}, nil, false},
-	OpFill:               {"fill", []field{fDst, fA}, nil, false},
-	OpWrite:              {"write", []field{fDst, fData}, nil, false},
-	OpRead:               {"read", []field{fSrc, fX}, []field{fData}, false},
-	OpSaxpy:              {"saxpy", []field{fX, fA, fSrc, fDst}, nil, false},
-	OpStencil:            {"stencil", []field{fA, fB, fSrc, fDst}, nil, false},
-	OpRender:             {"render", []field{fA, fB, fX, fDst}, nil, false},
-	OpSync:               {"sync", nil, nil, false},
-	OpLoadModule:         {"load-module", []field{fC, fB, fA, fStr, fData}, nil, false},
-	OpUnloadModule:       {"unload-module", []field{fC}, nil, false},
-	OpLaunchModule:       {"launch-module", []field{fC, fWords}, []field{fDst}, false},
-	OpLaunchModuleParams: {"launch-module-params", []field{fC, fX, fData}, []field{fDst}, false},
-	OpLaunchGrid:         {"launch-grid", []field{fC, fGrid, fData}, nil, false},
-	OpPlace:              {"place", []field{fX}, []field{fX}, false},
-	OpPlaceLocal:         {"place-local", []field{fX}, []field{fX}, false},
-	OpLoadLocal:          {"load-local", []field{fWords, fData}, nil, false},
-	OpClose:              {"close", nil, nil, false},
-	OpStats:              {"stats", nil, []field{fWords}, true},
-	OpModelWrite:         {"model-write", []field{fX, fData}, nil, true},
-	OpTrackerOpen:        {"tracker-open", nil, []field{fA}, true},
-	OpTrackerSnapshot:    {"tracker-snapshot", []field{fA, fB}, []field{fData}, true},
-	OpTrackerChanged:     {"tracker-changed", nil, []field{fWords}, true},
-	OpTrackerRead:        {"tracker-read", []field{fWords}, []field{fData}, true},
-	OpTrackerClose:       {"tracker-close", nil, nil, true},
-	OpLanded:             {"landed", nil, nil, false},
+	OpOpen:                {"open", []field{fA, fB, fX, fY, fStr}, []field{fX, fY, fData}, false},
+	OpCopy:                {"copy", []field{fDst, fSrc}, nil, false},
+	OpFill:                {"fill", []field{fDst, fA}, nil, false},
+	OpWrite:               {"write", []field{fDst, fData}, nil, false},
+	OpRead:                {"read", []field{fSrc, fX}, []field{fData}, false},
+	OpSaxpy:               {"saxpy", []field{fX, fA, fSrc, fDst}, nil, false},
+	OpStencil:             {"stencil", []field{fA, fB, fSrc, fDst}, nil, false},
+	OpRender:              {"render", []field{fA, fB, fX, fDst}, nil, false},
+	OpSync:                {"sync", nil, nil, false},
+	OpLoadModule:          {"load-module", []field{fC, fB, fA, fStr, fData}, nil, false},
+	OpUnloadModule:        {"unload-module", []field{fC}, nil, false},
+	OpLaunchModule:        {"launch-module", []field{fC, fWords}, []field{fDst}, false},
+	OpLaunchModuleParams:  {"launch-module-params", []field{fC, fX, fData}, []field{fDst}, false},
+	OpLaunchGrid:          {"launch-grid", []field{fC, fGrid, fData}, nil, false},
+	OpPlace:               {"place", []field{fX}, []field{fX}, false},
+	OpPlaceLocal:          {"place-local", []field{fX}, []field{fX}, false},
+	OpLoadLocal:           {"load-local", []field{fWords, fData}, nil, false},
+	OpClose:               {"close", nil, nil, false},
+	OpStats:               {"stats", nil, []field{fWords}, true},
+	OpModelWrite:          {"model-write", []field{fX, fData}, nil, true},
+	OpTrackerOpen:         {"tracker-open", nil, []field{fA}, true},
+	OpTrackerSnapshot:     {"tracker-snapshot", []field{fA, fB}, []field{fData}, true},
+	OpTrackerChanged:      {"tracker-changed", nil, []field{fWords}, true},
+	OpTrackerRead:         {"tracker-read", []field{fWords}, []field{fData}, true},
+	OpTrackerClose:        {"tracker-close", nil, nil, true},
+	OpLanded:              {"landed", nil, nil, false},
+	OpWriteBulk:           {"write-bulk", []field{fDst, fBulk}, nil, false},
+	OpReadBulk:            {"read-bulk", []field{fSrc, fBulk}, nil, false},
+	OpLoadLocalBulk:       {"load-local-bulk", []field{fWords, fBulk}, nil, false},
+	OpTrackerSnapshotBulk: {"tracker-snapshot-bulk", []field{fA, fB, fBulk}, nil, true},
+	OpTrackerReadBulk:     {"tracker-read-bulk", []field{fWords, fBulk}, nil, true},
 }
 
 // errorLayout is a KindError payload: A the sentinel bits (errBits), B a
@@ -238,7 +260,7 @@ func DecodeFrame(b []byte) (Header, Msg, error) {
 		return h, Msg{}, fmt.Errorf("%w: %d payload bytes after a header announcing %d", ErrMalformed, len(b)-HeaderSize, h.Len)
 	}
 	fs, _ := fieldsOf(h)
-	m, err := decodeMsg(b[HeaderSize:], fs)
+	m, err := decodeMsg(b[HeaderSize:], fs, regionOf(h.Op))
 	if err != nil {
 		return h, m, fmt.Errorf("%s %s: %w", kindName(h.Kind), h.Op, err)
 	}
@@ -315,6 +337,8 @@ func appendMsg(b []byte, fs []field, m *Msg) []byte {
 			for _, v := range []uint32{g.X, g.Y, g.Z, g.BlockX, g.BlockY, g.BlockZ, g.SharedBytes} {
 				b = le.AppendUint32(b, v)
 			}
+		case fBulk:
+			b = le.AppendUint64(le.AppendUint64(b, m.Bulk.Off), m.Bulk.Len)
 		}
 	}
 	return b
@@ -379,7 +403,18 @@ func (d *decoder) extents(what string) []gtt.Extent {
 	return out
 }
 
-func decodeMsg(p []byte, fs []field) (Msg, error) {
+// span reads a Span, refusing one that is not inside region.
+func (d *decoder) span(region Span) Span {
+	s := Span{Off: d.u64("bulk offset"), Len: d.u64("bulk length")}
+	if d.err == nil && (s.Off < region.Off || s.Off-region.Off > region.Len || s.Len > region.Len-(s.Off-region.Off)) {
+		d.err = fmt.Errorf("%w: bulk span [%#x, +%#x) outside the connection's region [%#x, +%#x)",
+			ErrMalformed, s.Off, s.Len, region.Off, region.Len)
+	}
+	return s
+}
+
+// decodeMsg decodes a payload of fields fs; a Span must lie in region.
+func decodeMsg(p []byte, fs []field, region Span) (Msg, error) {
 	d := decoder{b: p}
 	var m Msg
 	for _, f := range fs {
@@ -414,6 +449,8 @@ func decodeMsg(p []byte, fs []field) (Msg, error) {
 			for _, v := range []*uint32{&g.X, &g.Y, &g.Z, &g.BlockX, &g.BlockY, &g.BlockZ, &g.SharedBytes} {
 				*v = d.u32("grid")
 			}
+		case fBulk:
+			m.Bulk = d.span(region)
 		}
 	}
 	if d.err == nil && len(d.b) > 0 {
@@ -453,7 +490,7 @@ func (fr *frameReader) next() (Header, Msg, error) {
 		return h, Msg{}, fmt.Errorf("gpuproc: reading a %d-byte %s payload: %w", h.Len, h.Op, err)
 	}
 	fs, _ := fieldsOf(h)
-	m, err := decodeMsg(p, fs)
+	m, err := decodeMsg(p, fs, regionOf(h.Op))
 	if err != nil {
 		return h, m, payloadError{fmt.Errorf("%s %s: %w", kindName(h.Kind), h.Op, err)}
 	}

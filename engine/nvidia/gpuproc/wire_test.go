@@ -3,6 +3,7 @@ package gpuproc
 import (
 	"bytes"
 	"errors"
+	"math"
 	"net"
 	"testing"
 
@@ -27,6 +28,7 @@ func sampleFrames() [][]byte {
 	m := sampleMsg()
 	var out [][]byte
 	for op := OpOpen; op < opCount; op++ {
+		m.Bulk = Span{Off: regionOf(op).Off + 4096, Len: 8192} // inside the op's connection's region
 		if op == OpLanded {
 			out = append(out, appendFrame(nil, KindLanded, op, &m))
 			continue
@@ -77,6 +79,14 @@ func TestDecodeRefuses(t *testing.T) {
 		"data length":      append([]byte{8, 0, 0, 0, byte(KindCall), byte(OpModelWrite), 0, 0}, make([]byte, 4)...),
 		"wrapping extent":  append([]byte{24, 0, 0, 0, byte(KindCall), byte(OpFill), 0, 0}, 1, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 		"fixed-size short": append([]byte{4, 0, 0, 0, byte(KindCall), byte(OpPlace), 0, 0}, 1, 2, 3, 4),
+		// Bulk spans: only inside the op's connection's region.
+		"bulk in the side region":   bulkFrame(OpWriteBulk, BulkSize/2, 4096),
+		"bulk past the region":      bulkFrame(OpWriteBulk, BulkSize/2-4096, 8192),
+		"bulk in the engine region": bulkFrame(OpTrackerReadBulk, 0, 4096),
+		"bulk past the buffer":      bulkFrame(OpTrackerReadBulk, BulkSize-4096, 8192),
+		"bulk beyond the buffer":    bulkFrame(OpTrackerReadBulk, BulkSize+4096, 0),
+		"bulk wrapping":             bulkFrame(OpReadBulk, 4096, math.MaxUint64-4095),
+		"bulk length short":         bulkFrame(OpWriteBulk, 0, 4096)[:HeaderSize+4+8],
 	} {
 		if _, _, err := DecodeFrame(f); !errors.Is(err, ErrMalformed) {
 			t.Errorf("%s: %v, want ErrMalformed", name, err)
@@ -84,10 +94,24 @@ func TestDecodeRefuses(t *testing.T) {
 	}
 }
 
+// bulkFrame is a call of op (no extents or words) naming the bulk span
+// [off, +n); the header's length is the payload's.
+func bulkFrame(op Op, off, n uint64) []byte {
+	var m Msg
+	m.Bulk = Span{Off: off, Len: n}
+	return appendFrame(nil, KindCall, op, &m)
+}
+
 // FuzzDecodeFrame: any bytes either decode to a frame that encodes back
 // to exactly them, or are refused with ErrMalformed; nothing panics.
 func FuzzDecodeFrame(f *testing.F) {
 	for _, fr := range sampleFrames() {
+		f.Add(fr)
+	}
+	for _, fr := range [][]byte{ // bulk spans at and across the regions' edges
+		bulkFrame(OpWriteBulk, BulkSize/2-4096, 4096), bulkFrame(OpWriteBulk, BulkSize/2-4096, 4097),
+		bulkFrame(OpTrackerSnapshotBulk, BulkSize/2, BulkSize/2), bulkFrame(OpTrackerSnapshotBulk, BulkSize/2-1, 1),
+	} {
 		f.Add(fr)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -110,7 +134,7 @@ func FuzzDecodeFrame(f *testing.F) {
 // serves.
 func TestServerAnswersMalformed(t *testing.T) {
 	t.Setenv(nvidia.ModelEnv, "1")
-	s := &server{log: zerolog.Nop(), window: make([]byte, 1<<20), ready: make(chan struct{})}
+	s := &server{log: zerolog.Nop(), window: make([]byte, 1<<20), bulk: make([]byte, BulkSize), ready: make(chan struct{})}
 	client, worker := net.Pipe()
 	defer client.Close()
 	done := make(chan error, 1)
@@ -132,6 +156,7 @@ func TestServerAnswersMalformed(t *testing.T) {
 		"sync before open": appendFrame(nil, KindCall, OpSync, &Msg{}),
 		"undecodable fill": badFill,
 		"a side call":      appendFrame(nil, KindCall, OpStats, &Msg{}),
+		"bulk outside":     bulkFrame(OpWriteBulk, BulkSize/2, 4096),
 	} {
 		h, m := exchange(frame)
 		if h.Kind != KindError || !errors.Is(remoteErrorOf(m), ErrMalformed) {
@@ -143,6 +168,19 @@ func TestServerAnswersMalformed(t *testing.T) {
 	}
 	if h, m := exchange(appendFrame(nil, KindCall, OpSync, &Msg{})); h.Kind != KindReply {
 		t.Fatalf("sync after open: %s %q", kindName(h.Kind), m.Str)
+	}
+	// After open too, a span outside the engine's region is refused and
+	// changes nothing; one inside moves the bulk buffer's bytes.
+	copy(s.bulk[BulkSize/2:], "side")
+	copy(s.bulk[4096:], "engine")
+	write := func(off uint64) []byte {
+		return appendFrame(nil, KindCall, OpWriteBulk, &Msg{Dst: []gtt.Extent{{Off: 64, Len: 6}}, Bulk: Span{Off: off, Len: 6}})
+	}
+	if h, m := exchange(write(BulkSize / 2)); h.Kind != KindError || !errors.Is(remoteErrorOf(m), ErrMalformed) || s.window[64] != 0 {
+		t.Errorf("write-bulk from the side region: %s %q, window % x", kindName(h.Kind), m.Str, s.window[64:70])
+	}
+	if h, m := exchange(write(4096)); h.Kind != KindReply || string(s.window[64:70]) != "engine" {
+		t.Errorf("write-bulk: %s %q, window %q", kindName(h.Kind), m.Str, s.window[64:70])
 	}
 	if h, _ := exchange(appendFrame(nil, KindCall, OpClose, &Msg{})); h.Kind != KindReply {
 		t.Fatal("close refused")

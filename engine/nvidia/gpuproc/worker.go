@@ -24,12 +24,13 @@ import (
 const WorkerEnv = "GMIG_GPU_WORKER"
 
 // The descriptors a worker is handed (exec.Cmd.ExtraFiles, from 3): the
-// engine connection, the side connection, and the partition's memfd
-// (its aperture at offset 0).
+// engine connection, the side connection, the partition's memfd (its
+// aperture at offset 0) and the bulk buffer's memfd (bulk.go).
 const (
 	fdEngine = 3
 	fdSide   = 4
 	fdMemfd  = 5
+	fdBulk   = 6
 )
 
 func init() {
@@ -67,7 +68,11 @@ func runWorker(log zerolog.Logger) error {
 	if err != nil {
 		return err
 	}
-	s := &server{log: log, window: window, ready: make(chan struct{})}
+	bulk, err := mapBulk(fdBulk)
+	if err != nil {
+		return err
+	}
+	s := &server{log: log, window: window, bulk: bulk, ready: make(chan struct{})}
 	go func() {
 		if err := s.serve(side, side, true); err != nil && !errors.Is(err, io.EOF) {
 			log.Warn().Err(err).Msg("gpuproc: side connection")
