@@ -63,10 +63,14 @@ func (c *Client) Write(dst []gtt.Extent, src []byte) error {
 	return c.do(OpWrite, &Msg{Dst: dst, Data: src})
 }
 
-// writeBulk is Write through the bulk buffer, a chunk a call. (A Write
-// of more than a chunk whose later extents fail has stored the earlier
-// chunks; the back end in process checks every extent first.)
+// writeBulk is Write through the bulk buffer, a chunk a call. Every
+// extent is checked first, as the back end in process does, so that a
+// Write refused for bounds stores nothing, whatever chunk the bad extent
+// is in.
 func (c *Client) writeBulk(dst []gtt.Extent, src []byte) error {
+	if err := c.checkExtents(dst); err != nil {
+		return err
+	}
 	n, ok := extentBytes(dst)
 	if !ok || n != uint64(len(src)) {
 		return fmt.Errorf("gpuproc: %w: write of %d bytes into %d", cpuref.ErrBounds, len(src), n)
@@ -76,8 +80,12 @@ func (c *Client) writeBulk(dst []gtt.Extent, src []byte) error {
 	})
 }
 
-// readBulk is Read through the bulk buffer, a chunk a call.
+// readBulk is Read through the bulk buffer, a chunk a call, its extents
+// checked first as writeBulk's are.
 func (c *Client) readBulk(dst []byte, src []gtt.Extent) error {
+	if err := c.checkExtents(src); err != nil {
+		return err
+	}
 	n, ok := extentBytes(src)
 	if !ok || n != uint64(len(dst)) {
 		return fmt.Errorf("gpuproc: %w: read of %d bytes into %d", cpuref.ErrBounds, n, len(dst))
@@ -85,6 +93,23 @@ func (c *Client) readBulk(dst []byte, src []gtt.Extent) error {
 	return bulkExtents(src, n, func(xs []gtt.Extent, from, to uint64) error {
 		return c.bulkCall(c.eng, OpReadBulk, &Msg{Src: xs}, int(to-from), nil, func(b []byte) { copy(dst[from:to], b) })
 	})
+}
+
+// checkExtents refuses, as the back end in process does
+// (nvidia.NVIDIA's spans), an extent outside the window and device-local
+// memory: extents are pool offsets, the window's byte 0 at WindowOff and
+// local memory right after it.
+func (c *Client) checkExtents(xs []gtt.Extent) error {
+	end := uint64(len(c.cfg.Window)) + c.cfg.LocalSize
+	for _, x := range xs {
+		if x.Len == 0 {
+			continue
+		}
+		if x.Off < c.cfg.WindowOff || x.Off-c.cfg.WindowOff > end || x.Len > end-(x.Off-c.cfg.WindowOff) {
+			return fmt.Errorf("gpuproc: %w: [%#x, +%#x) outside the window and local memory [%#x, +%#x)", cpuref.ErrBounds, x.Off, x.Len, c.cfg.WindowOff, end)
+		}
+	}
+	return nil
 }
 
 // windowSpans returns the window bytes xs name, if every extent lies in

@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gmig-dev/gmig/engine"
+	"github.com/gmig-dev/gmig/engine/cpuref"
 	"github.com/gmig-dev/gmig/engine/nvidia"
 	"github.com/gmig-dev/gmig/gtt"
 	"github.com/gmig-dev/gmig/internal/pool"
@@ -452,4 +453,31 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestBulkWriteOutOfBoundsStoresNothing: a Write of several bulk chunks
+// whose last extent leaves local memory is refused for bounds and stores
+// nothing, as in process, where every extent is checked before a byte
+// moves; a Read of the same extents is refused too.
+func TestBulkWriteOutOfBoundsStoresNothing(t *testing.T) {
+	withBulk(t, 1<<10, 4<<10)
+	p := newPool(t)
+	w := startWorker(t, p, false, zerolog.Nop())
+	const n = 16 << 10 // four chunks in local memory
+	dst := append(w.xs(testWindow, n), gtt.Extent{Off: w.part.Offset + testWindow + testLocal - 4, Len: 8})
+	data := make([]byte, n+8)
+	for i := range data {
+		data[i] = 0xa5
+	}
+	if err := w.b.Write(dst, data); !errors.Is(err, cpuref.ErrBounds) {
+		t.Fatalf("Write past local memory: %v, want cpuref.ErrBounds", err)
+	}
+	if err := w.b.Read(make([]byte, n+8), dst); !errors.Is(err, cpuref.ErrBounds) {
+		t.Fatalf("Read past local memory: %v, want cpuref.ErrBounds", err)
+	}
+	got := make([]byte, n)
+	must(t, w.b.Read(got, w.xs(testWindow, n)))
+	if i := bytes.IndexByte(got, 0xa5); i >= 0 {
+		t.Fatalf("the refused Write stored local byte %d (of %d)", i, n)
+	}
 }
