@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -15,25 +14,11 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gmig-dev/gmig/internal/migtest"
+	"github.com/gmig-dev/gmig/internal/syncbuf"
 )
 
 // logBuffer is a zerolog sink tests read.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type logBuffer struct{ syncbuf.Buffer }
 
 // serveDest serves a Destination for h on a loopback listener until the
 // end of the test.

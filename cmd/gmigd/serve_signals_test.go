@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -16,25 +15,11 @@ import (
 	"github.com/gmig-dev/gmig/hostd"
 	"github.com/gmig-dev/gmig/internal/mtls"
 	"github.com/gmig-dev/gmig/internal/sdnotify"
+	"github.com/gmig-dev/gmig/internal/syncbuf"
 )
 
 // lockedBuffer is stderr for a daemon run in the test: its log lines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type lockedBuffer struct{ syncbuf.Buffer }
 
 // TestServeSignals runs gmigd serve from a configuration file under a
 // fake systemd (a NOTIFY_SOCKET listener): READY=1 arrives once the

@@ -9,13 +9,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gmig-dev/gmig/internal/migtest"
 	"github.com/gmig-dev/gmig/internal/mtls"
+	"github.com/gmig-dev/gmig/internal/syncbuf"
 )
 
 // qemuMagic opens QEMU's migration stream (QEMU_VM_FILE_MAGIC, "QEVM").
@@ -40,22 +40,7 @@ func needRoot(t *testing.T) Root {
 }
 
 // syncBuffer is a QEMU's stdout and stderr.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
+type syncBuffer struct{ syncbuf.Buffer }
 
 // ramPair is a source QEMU whose guest RAM holds a known pattern and a
 // destination QEMU waiting for it, with a Tap between them.

@@ -2,12 +2,11 @@ package mtls
 
 import (
 	"bufio"
-	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"github.com/gmig-dev/gmig/internal/syncbuf"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,22 +14,7 @@ import (
 )
 
 // logBuffer collects zerolog's JSON lines from several goroutines.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+type logBuffer struct{ syncbuf.Buffer }
 
 func (b *logBuffer) logger() zerolog.Logger { return zerolog.New(b) }
 

@@ -8,7 +8,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,6 +19,7 @@ import (
 	"github.com/gmig-dev/gmig/engine/nvidia"
 	"github.com/gmig-dev/gmig/gtt"
 	"github.com/gmig-dev/gmig/internal/pool"
+	"github.com/gmig-dev/gmig/internal/syncbuf"
 )
 
 // The GPU worker under test is this test binary run again (the package's
@@ -438,22 +438,7 @@ func localTracker(t *testing.T) {
 }
 
 // syncBuffer is a log sink written by the client's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer struct{ syncbuf.Buffer }
 
 // TestBulkWriteOutOfBoundsStoresNothing: a Write of several bulk chunks
 // whose last extent leaves local memory is refused for bounds and stores
