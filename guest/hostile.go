@@ -18,7 +18,8 @@ import (
 // its own vGPU through the ABI as a malicious guest would — GTT entries
 // naming pages outside its partition, DMA outside guest RAM, oversized,
 // wrapping and overlapping copies, malformed and endless command streams,
-// interrupt storms, resets in the middle of a batch — and checks that the
+// interrupt storms, resets in the middle of a batch, guest kernels that
+// write at every device address they can name — and checks that the
 // device refuses or contains each attempt: the error registers say so,
 // refused GTT entries keep their value, and nothing it owns changed other
 // than as the ABI says (a sentinel area no attack targets stays intact, a
@@ -36,25 +37,43 @@ const (
 	AttackRing  Attack = "ring"  // malformed commands, garbage, bad doorbells, bad rings, command storms
 	AttackIRQ   Attack = "irq"   // interrupt storms, mask toggling, writes to read-only registers
 	AttackReset Attack = "reset" // CONTROL.RESET in the middle of a running batch
+	// AttackKernel loads a guest module whose kernel stores wherever it is
+	// pointed and launches it over its own device-local memory and over
+	// every device address outside it (hostile_kernel.go).
+	AttackKernel Attack = "kernel"
 )
 
-// Attacks lists every attack.
+// Attacks lists the attacks every device takes.
 var Attacks = []Attack{AttackGTT, AttackDMA, AttackCopy, AttackRing, AttackIRQ, AttackReset}
 
+// AttacksFor lists every attack a device with CAPS caps takes: Attacks,
+// and AttackKernel last where guest modules run on grids at device
+// addresses (abi.CapModules, abi.CapLaunchGrid, abi.CapDeviceAddr). Last,
+// because a kernel that faults ends the vGPU's GPU context for good
+// (docs/device-abi.md §6.10).
+func AttacksFor(caps uint32) []Attack {
+	out := slices.Clone(Attacks)
+	if kernelTargets(caps) {
+		out = append(out, AttackKernel)
+	}
+	return out
+}
+
 // ParseAttacks reads a comma-separated list of attacks; "all" (or "")
-// means every one.
+// gives nil: every attack the device takes (AttacksFor).
 func ParseAttacks(s string) ([]Attack, error) {
 	if s == "" || s == "all" {
-		return slices.Clone(Attacks), nil
+		return nil, nil
 	}
+	known := append(slices.Clone(Attacks), AttackKernel)
 	var out []Attack
 	for _, w := range strings.Split(s, ",") {
 		a := Attack(strings.TrimSpace(w))
 		if a == "all" {
-			return slices.Clone(Attacks), nil
+			return nil, nil
 		}
-		if !slices.Contains(Attacks, a) {
-			return nil, fmt.Errorf("guest: unknown attack %q (want all or a list of %v)", a, Attacks)
+		if !slices.Contains(known, a) {
+			return nil, fmt.Errorf("guest: unknown attack %q (want all or a list of %v)", a, known)
 		}
 		if !slices.Contains(out, a) {
 			out = append(out, a)
@@ -70,7 +89,7 @@ var ErrNotContained = errors.New("guest: hostile attempt not refused")
 // HostileConfig shapes a Hostile.
 type HostileConfig struct {
 	Seed    int64
-	Attacks []Attack // nil: all
+	Attacks []Attack // nil: every attack the device takes (AttacksFor)
 	// Storm is how long a command storm keeps the ring full (default
 	// 20 ms; the ring attack runs one per step).
 	Storm time.Duration
@@ -108,6 +127,12 @@ type Hostile struct {
 	spare   uint64 // graphics address of a page whose GTT entry attacks play with
 	sent    uint64 // graphics address of the sentinel area
 	sentRef []byte
+	kern    *hostileKernel // the kernel attack's set-up, once it has run
+	// lost: a guest kernel failed, which fails the vGPU's GPU context
+	// until the vGPU is destroyed (docs/device-abi.md §6.10); from then
+	// on the program runs the kernel attack alone, every launch of which
+	// must be refused.
+	lost bool
 
 	mu    sync.Mutex
 	stats HostileStats
@@ -117,7 +142,7 @@ type Hostile struct {
 // sentinel and spare graphics memory and fills them.
 func NewHostile(d *Driver, cfg HostileConfig) (*Hostile, error) {
 	if cfg.Attacks == nil {
-		cfg.Attacks = slices.Clone(Attacks)
+		cfg.Attacks = AttacksFor(d.Caps())
 	}
 	if cfg.Storm == 0 {
 		cfg.Storm = 20 * time.Millisecond
@@ -150,6 +175,9 @@ func NewHostile(d *Driver, cfg HostileConfig) (*Hostile, error) {
 // simulator pauses the guest there). Its error ends Step.
 func (h *Hostile) SetGate(g func(context.Context) error) { h.gateFn = g }
 
+// Attacks lists the attacks h takes in turn.
+func (h *Hostile) Attacks() []Attack { return slices.Clone(h.cfg.Attacks) }
+
 // Stats returns the counters.
 func (h *Hostile) Stats() HostileStats {
 	h.mu.Lock()
@@ -181,6 +209,9 @@ func (h *Hostile) Step(ctx context.Context) error {
 	}
 	a := h.cfg.Attacks[h.next%len(h.cfg.Attacks)]
 	h.next++
+	if h.lost {
+		a = AttackKernel // the context is gone: nothing else runs (hostile_kernel.go)
+	}
 	h.count(func(s *HostileStats) { s.Steps++; s.ByAttack[a]++ })
 	var err error
 	switch a {
@@ -196,6 +227,8 @@ func (h *Hostile) Step(ctx context.Context) error {
 		err = h.attackIRQ(ctx)
 	case AttackReset:
 		err = h.attackReset(ctx)
+	case AttackKernel:
+		err = h.attackKernel(ctx)
 	}
 	if err != nil && !errors.Is(err, ErrNotContained) {
 		return fmt.Errorf("guest: hostile %s: %w", a, err)
@@ -268,6 +301,10 @@ func (h *Hostile) contained(ctx context.Context, a Attack) error {
 	if i := firstDiff(got, h.model); i >= 0 {
 		errs = append(errs, fmt.Errorf("%w: after %s scratch %#x is %#02x, model %#02x", ErrNotContained, a, h.scratch+uint64(i), got[i], h.model[i]))
 		copy(h.model, got) // report it once
+	}
+	if h.lost {
+		// The context failed: the vGPU answers, refusing device work.
+		return errors.Join(append(errs, h.stillAnswers(ctx, a))...)
 	}
 	// The vGPU still serves its guest: a FILL of its spare page lands.
 	pattern := h.rng.Uint32() | 1

@@ -40,6 +40,7 @@ func hostile(ctx context.Context, bus guest.Bus, o options) bool {
 			return nil
 		})
 	}
+	attacks = h.Attacks()
 	report("hostile started attacks=%s for=%s", joinAttacks(attacks), o.hostileFor)
 	err = h.Run(ctx, o.hostileFor)
 	st := h.Stats()

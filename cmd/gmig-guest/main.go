@@ -70,7 +70,7 @@ func parseFlags(args []string) (options, error) {
 	fs.Var((*irqFlag)(&o.irq), "irq", "also run with interrupts: intx (INTx through uio_pci_generic), msi (MSI through vfio-pci) or none; true means intx, false none")
 	fs.IntVar(&o.measure, "measure", 2000, "iterations of each latency measurement (0: skip)")
 	fs.StringVar(&o.modules, "modules", "/lib/modules/gmig", "directory of the kernel modules to load and their modules.dep")
-	fs.StringVar(&o.hostile, "hostile", "", "run the hostile guest program with these attacks: all, or a list of gtt,dma,copy,ring,irq,reset (docs/security.md, \"Hostile guests\")")
+	fs.StringVar(&o.hostile, "hostile", "", "run the hostile guest program with these attacks: all, or a list of gtt,dma,copy,ring,irq,reset,kernel (docs/security.md, \"Hostile guests\")")
 	fs.DurationVar(&o.hostileFor, "hostile-for", 30*time.Second, "how long the hostile program attacks")
 	fs.StringVar(&o.workload, "workload", "", "workload profile and settings, e.g. render,rate=200,fill=0.75 (guest.ParseWorkload; default: the seeded mix)")
 	fs.StringVar(&o.cuda, "cuda", "", "run this CUDA program on the guest's libcuda.so.1 instead of the measurement, suite and workload: PROGRAM[,ARG...], e.g. /usr/bin/cuda-probe,40,100 (docs/cuda.md)")
