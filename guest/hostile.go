@@ -134,8 +134,9 @@ type Hostile struct {
 	// must be refused.
 	lost bool
 
-	mu    sync.Mutex
-	stats HostileStats
+	mu      sync.Mutex
+	stats   HostileStats
+	stepped chan struct{} // closed and replaced as each attack begins (WaitSteps)
 }
 
 // NewHostile sets up the hostile program on d: it allocates its scratch,
@@ -190,6 +191,28 @@ func (h *Hostile) Stats() HostileStats {
 	return s
 }
 
+// WaitSteps returns once n attacks have begun (HostileStats.Steps), or
+// with ctx's error; any goroutine may wait while another runs the program.
+func (h *Hostile) WaitSteps(ctx context.Context, n uint64) error {
+	for {
+		h.mu.Lock()
+		if h.stats.Steps >= n {
+			h.mu.Unlock()
+			return nil
+		}
+		if h.stepped == nil {
+			h.stepped = make(chan struct{})
+		}
+		ch := h.stepped
+		h.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("guest: waiting for %d hostile steps: %w", n, ctx.Err())
+		}
+	}
+}
+
 func (h *Hostile) count(f func(s *HostileStats)) {
 	h.mu.Lock()
 	f(&h.stats)
@@ -212,7 +235,14 @@ func (h *Hostile) Step(ctx context.Context) error {
 	if h.lost {
 		a = AttackKernel // the context is gone: nothing else runs (hostile_kernel.go)
 	}
-	h.count(func(s *HostileStats) { s.Steps++; s.ByAttack[a]++ })
+	h.mu.Lock()
+	h.stats.Steps++
+	h.stats.ByAttack[a]++
+	if h.stepped != nil {
+		close(h.stepped)
+	}
+	h.stepped = make(chan struct{})
+	h.mu.Unlock()
 	var err error
 	switch a {
 	case AttackGTT:

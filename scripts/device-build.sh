@@ -57,6 +57,13 @@ for c in gmigd gmig-bench; do
 	CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$stage/$c" ./cmd/$c
 	xz -T0 -9 -c "$stage/$c" >"$out/$c.xz"
 done
+# The GPU tests of the GPU workers (part f of device-run.sh): the hostile
+# kernel contained on the real GPU, the bulk buffer's DMA.
+for t in guest/cudadrv engine/nvidia; do
+	n=$(basename "$t")
+	CGO_ENABLED=0 go test -c -tags cuda -trimpath -ldflags='-s -w' -o "$stage/$n.test" "./$t"
+	xz -T0 -9 -c "$stage/$n.test" >"$out/$n.test.xz"
+done
 CGO_ENABLED=1 go build -trimpath -buildmode=c-shared \
 	-ldflags='-s -w -extldflags=-Wl,-soname,libcuda.so.1' -o "$out/libcuda.so.1" ./cmd/libcuda
 rm -f "$out/libcuda.so.h"

@@ -12,6 +12,10 @@
 #      gmigd on the one GPU, against a never-migrated VM
 #   d  issue 16's real VMs: gmig-bench -qemu (the guest-write log)
 #   e  the same with -no-tracking (the full hash), to compare with d
+#   f  the GPU workers on the GPU: the hostile scribble contained
+#      (cudadrv TestScribbleContainedByWorkersGPU), the bulk buffer's DMA
+#      (nvidia TestLocalBulkGPU); for the workers' cost, run b twice,
+#      GPU_ISOLATION=shared and the default (process), and compare
 # -n (or DRY=1): what runs without a GPU: a is skipped, b and c run the
 # cuda back end on its software model (GMIG_CUDA_MODEL=1), c, d and e
 # with small sizes. BACKEND=software runs b and c on the software back end
@@ -59,6 +63,7 @@ PROGRAMS="vecadd matmul streams launchrate copybw probe"
 BACKEND=${BACKEND:-cuda}
 VGPU_FLAGS="-backend $BACKEND"
 [ "$BACKEND" = cuda ] && [ "${GUEST_MODULES:-1}" = 1 ] && VGPU_FLAGS="$VGPU_FLAGS -guest-modules"
+[ "$BACKEND" = cuda ] && [ -n "${GPU_ISOLATION:-}" ] && VGPU_FLAGS="$VGPU_FLAGS -gpu-isolation $GPU_ISOLATION"
 
 # pack remakes $OUT/logs.tar.gz from the logs so far (the device tool
 # brings back few files: one archive, the summary).
@@ -268,6 +273,18 @@ part_e() {
 	bench bench-qemu-full $BENCH_FLAGS -no-tracking
 }
 
+part_f() {
+	echo "== f: the GPU workers on the GPU"
+	local n
+	for n in cudadrv nvidia; do
+		[ -x "$n.test" ] || { [ -f "$n.test.xz" ] && unxz_to "$n.test.xz" "$n.test" && chmod +x "$n.test"; }
+	done
+	step gpu-scribble 120 ./cudadrv.test -test.run 'TestScribbleContainedByWorkersGPU' -test.v -test.count 1
+	grep -E '^(---|ok|FAIL|PASS)|cuCtxSynchronize|skipping' "$LOGS/gpu-scribble.log" | sed 's/^/  /'
+	step gpu-bulk 120 ./nvidia.test -test.run 'TestLocalBulkGPU' -test.v -test.count 1
+	grep -E '^(---|ok|FAIL|PASS)|skipping' "$LOGS/gpu-bulk.log" | sed 's/^/  /'
+}
+
 echo "device-run: parts $PARTS$([ "$DRY" = 1 ] && echo ' (dry: no GPU; the cuda back end on its model)'), logs in $OUT, budget $BUDGET s"
 setup
 case $PARTS in *a*) part_a ;; esac
@@ -275,6 +292,7 @@ case $PARTS in *b*) part_b ;; esac
 case $PARTS in *c*) part_c ;; esac
 case $PARTS in *d*) part_d ;; esac
 case $PARTS in *e*) part_e ;; esac
+case $PARTS in *f*) part_f ;; esac
 pack
 rm -rf "$WORK"
 echo "device-run: done in $SECONDS s"

@@ -23,6 +23,13 @@ import (
 func scribbleB(t *testing.T, iso string) (aSync Result, a, b *Lib, got, want []byte, va, vb *vgpu.VGPU) {
 	t.Helper()
 	t.Setenv(nvidia.ModelEnv, "1")
+	return scribbleBOn(t, iso)
+}
+
+// scribbleBOn is scribbleB on whatever GPU nvidia.OpenGPU gives: the
+// model's where ModelEnv is set, else the machine's (isolation_cuda_test.go).
+func scribbleBOn(t *testing.T, iso string) (aSync Result, a, b *Lib, got, want []byte, va, vb *vgpu.VGPU) {
+	t.Helper()
 	p := migtest.NewPool(t, 4*(testMem+localSize))
 	a, va = gridLibIn(t, p, "a", iso, Config{})
 	b, vb = gridLibIn(t, p, "b", iso, Config{})

@@ -67,6 +67,11 @@ func TestHostileProgram(t *testing.T) {
 	if err := victim.Run(ctx, steps); err != nil {
 		t.Fatalf("victim beside the hostile program: %v", err)
 	}
+	// The victim's steps may end before the hostile program has begun
+	// every attack (a loaded machine): it goes on until it has.
+	if err := hostile.WaitSteps(ctx, uint64(len(guest.Attacks))); err != nil {
+		t.Fatal(err)
+	}
 	stop()
 	if err := <-done; err != nil {
 		t.Errorf("hostile program: %v", err)
