@@ -293,6 +293,15 @@ func (h *Hostile) refused(what string, err error, want uint32) error {
 	if err != nil && !errors.As(err, &de) {
 		return fmt.Errorf("guest: hostile: %s: %w", what, err)
 	}
+	// On a device with streams (CAPS bit 5) a failed command also sets
+	// its stream's error, and the stream skips its commands until the
+	// guest clears it (docs/device-abi.md §5.1): the next attempt would
+	// be skipped, not refused. The hostile program submits on stream 0.
+	if de != nil && h.d.Caps()&abi.CapStreams != 0 {
+		if cerr := h.d.ClearStreamError(0); cerr != nil {
+			return fmt.Errorf("guest: hostile: %s: clearing stream 0's error: %w", what, cerr)
+		}
+	}
 	ok := de != nil && de.Has(want)
 	if want == 0 {
 		ok = err == nil

@@ -71,13 +71,25 @@ func (h *Hostile) attackGTT() error {
 		detail := fmt.Sprintf("%v, entry now %#x (was %#x)", err, got, entry)
 		errs = append(errs, h.record(what, ok && got == entry, detail))
 	}
-	for _, e := range []uint64{
+	// Bit 2 is reserved, but on a device with local memory it names a
+	// local page (GTTLocal, docs/device-abi.md §3): there the reserved low
+	// bits start at 3, and a local entry just past LOCAL_MEM_SIZE is one
+	// more to refuse.
+	low := 2
+	entries := []uint64{
 		GTTEntry(pages, true),                             // the page just past the partition
 		GTTEntry(pages+1+h.rng.Uint64N(1<<24), true),      // a neighbour's, were it placed after
 		GTTEntry(abi.GTTPageMask>>abi.GTTPageShift, true), // the largest page number
-		entry | 1<<(2+h.rng.IntN(10)),                     // a reserved low bit
-		entry | 1<<(52+h.rng.IntN(12)),                    // a reserved high bit
-	} {
+	}
+	if d.Caps()&abi.CapLocalMem != 0 {
+		low = 3
+		entries = append(entries, GTTEntry(d.LocalMemSize()>>abi.PageShift, true)|abi.GTTLocal)
+	}
+	entries = append(entries,
+		entry|1<<(low+h.rng.IntN(12-low)), // a reserved low bit
+		entry|1<<(52+h.rng.IntN(12)),      // a reserved high bit
+	)
+	for _, e := range entries {
 		if err := bus.WriteGTT(idx, []uint64{e}); err != nil {
 			return err
 		}

@@ -28,17 +28,31 @@ const (
 	victimBytes    = 64 << 10
 )
 
+// cudaConfig is a CUDA vGPU with guest modules and local memory in GPU
+// isolation iso.
+func cudaConfig(iso string) vgpu.Config {
+	return vgpu.Config{MemSize: kernelVGPUMem, LocalMemSize: kernelLocalMem,
+		GTTEntries: (kernelVGPUMem + kernelLocalMem) / abi.PageSize,
+		Backend:    vgpu.BackendCUDA, GuestModules: true, GPUIsolation: iso}
+}
+
 // serveCUDA serves a CUDA vGPU with guest modules and local memory in
 // GPU isolation iso until the test ends.
 func serveCUDA(t *testing.T, p *pool.Pool, name, iso string) *device {
 	t.Helper()
-	v, err := vgpu.New(vgpu.Config{Name: name, MemSize: kernelVGPUMem, LocalMemSize: kernelLocalMem,
-		GTTEntries: (kernelVGPUMem + kernelLocalMem) / abi.PageSize,
-		Backend:    vgpu.BackendCUDA, GuestModules: true, GPUIsolation: iso}, p, zerolog.Nop())
+	cfg := cudaConfig(iso)
+	cfg.Name = name
+	return serveConfig(t, p, cfg)
+}
+
+// serveConfig serves a vGPU of cfg until the test ends.
+func serveConfig(t *testing.T, p *pool.Pool, cfg vgpu.Config) *device {
+	t.Helper()
+	v, err := vgpu.New(cfg, p, zerolog.Nop())
 	if err != nil {
 		t.Fatalf("vgpu.New: %v", err)
 	}
-	path := filepath.Join(t.TempDir(), name+".sock")
+	path := filepath.Join(t.TempDir(), cfg.Name+".sock")
 	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
 	if err != nil {
 		t.Fatal(err)
@@ -140,5 +154,57 @@ func TestHostileKernelSharedContext(t *testing.T) {
 	var de *guest.DeviceError
 	if !errors.As(rerr, &de) {
 		t.Fatalf("the victim's device work after the attacker's fault in a shared context: %v, want a device error", rerr)
+	}
+}
+
+// TestHostileAllAttacks: the whole hostile program ("all": the six attacks
+// every vGPU takes, then, where CAPS admits guest grids at device
+// addresses, the kernel attack) twice over, on a software vGPU, on one
+// with device-local memory (and so streams, CAPS bit 5), and on a CUDA vGPU
+// in a GPU worker: every attempt is
+// refused. On a device with streams a refused command also stops its
+// stream until the guest clears the stream's error (docs/device-abi.md
+// §5.1); before the hostile program cleared it, every attempt after the
+// first on such a device was skipped, not refused, and the FILL that
+// checks the vGPU still serves did not land.
+func TestHostileAllAttacks(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		cfg    vgpu.Config
+		kernel bool // the kernel attack is among "all"
+	}{
+		{"software", vgpu.Config{MemSize: kernelVGPUMem}, false},
+		{"software-local", vgpu.Config{MemSize: kernelVGPUMem, LocalMemSize: kernelLocalMem}, false},
+		{"cuda-process", cudaConfig(vgpu.IsolationProcess), true},
+		// Not "shared": the kernel attack fails the context all shared
+		// vGPUs of this process share, for good, as it would gmigd's
+		// (TestHostileKernelSharedContext shows it).
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Setenv(nvidia.ModelEnv, "1")
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			c.cfg.Name = "attacker"
+			att := serveConfig(t, newPool(t, 2*(kernelVGPUMem+kernelLocalMem)), c.cfg)
+			ad := open(t, attach(t, att, Options{MSI: true}), guest.Options{Seed: 1, UseIRQ: true})
+			h, err := guest.NewHostile(ad, guest.HostileConfig{Seed: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			attacks := guest.AttacksFor(ad.Caps())
+			if got := attacks[len(attacks)-1] == guest.AttackKernel; got != c.kernel {
+				t.Fatalf("attacks %v on CAPS %#x: the kernel attack among them %v, want %v", attacks, ad.Caps(), got, c.kernel)
+			}
+			for i := range 2 * len(attacks) {
+				if err := h.Step(ctx); err != nil {
+					t.Errorf("step %d: %v", i, err)
+				}
+			}
+			st := h.Stats()
+			t.Logf("hostile program: %d steps %v, %d attempts, %d refused", st.Steps, st.ByAttack, st.Attempts, st.Refused)
+			if st.Failures != 0 || st.Refused != st.Attempts || st.Attempts == 0 {
+				t.Errorf("stats %+v", st)
+			}
+		})
 	}
 }
