@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -92,19 +91,7 @@ func testHostileKernel(t *testing.T, e env, iso string) {
 			info.Socket, t.TempDir(), vicCon)
 		vms, cons = append(vms, vic), append(cons, vicCon)
 	}
-	var wg sync.WaitGroup
-	errs := make([]error, len(vms))
-	for i, vm := range vms {
-		wg.Add(1)
-		go func() { defer wg.Done(); errs[i] = vm.Wait(ctx) }()
-	}
-	wg.Wait()
-	for i, con := range cons {
-		if errs[i] != nil {
-			con.dump()
-			t.Fatalf("QEMU: %v", errs[i])
-		}
-	}
+	waitGuests(ctx, t, vms, cons)
 	t.Logf("first kernel step done %s after boot; guests done after %s", attacked.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 
 	// The attacker: every attempt refused, the whole region among them.

@@ -68,19 +68,7 @@ func TestHostileGuestOnQEMU(t *testing.T) {
 	attacking := time.Since(start)
 	vic := boot("victim", fmt.Sprintf("gmig.seed=%d gmig.steps=%d gmig.check=true gmig.progress=50", e2eSeed, victimSteps), vicCon)
 
-	var wg sync.WaitGroup
-	errs := make([]error, 2)
-	for i, vm := range []*qemu.VM{att, vic} {
-		wg.Add(1)
-		go func() { defer wg.Done(); errs[i] = vm.Wait(ctx) }()
-	}
-	wg.Wait()
-	for i, con := range []*console{attCon, vicCon} {
-		if errs[i] != nil {
-			con.dump()
-			t.Fatalf("QEMU: %v", errs[i])
-		}
-	}
+	waitGuests(ctx, t, []*qemu.VM{att, vic}, []*console{attCon, vicCon})
 	t.Logf("attacks started %s after boot; both guests done after %s", attacking.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 
 	// The attacker: every attempt refused.
@@ -169,4 +157,23 @@ func lastResult(c *console) string {
 		}
 	}
 	return r
+}
+
+// waitGuests waits for every VM of vms to end, at once; a QEMU that
+// failed fails the test with its console (cons[i] is vms[i]'s) dumped.
+func waitGuests(ctx context.Context, t *testing.T, vms []*qemu.VM, cons []*console) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make([]error, len(vms))
+	for i, vm := range vms {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = vm.Wait(ctx) }()
+	}
+	wg.Wait()
+	for i, con := range cons {
+		if errs[i] != nil {
+			con.dump()
+			t.Fatalf("QEMU: %v", errs[i])
+		}
+	}
 }

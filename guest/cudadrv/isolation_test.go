@@ -73,6 +73,13 @@ func TestScribbleContainedByWorkers(t *testing.T) {
 	if r := a.MemcpyHtoD(thread, 0, make([]byte, 8)); r == Success {
 		t.Error("A's failed context still copies")
 	}
+	checkStillRuns(t, b)
+}
+
+// checkStillRuns checks that b's commands run after its neighbour's
+// fault: a memset of a fresh allocation reads back.
+func checkStillRuns(t *testing.T, b *Lib) {
+	t.Helper()
 	pb, r := b.MemAlloc(thread, 4096)
 	must(t, r)
 	must(t, b.Memset(thread, pb, 0x11, 1, 4096, 0, false))

@@ -48,21 +48,7 @@ func serveBackend(t *testing.T, p *pool.Pool, name string, memSize uint64, backe
 	if err != nil {
 		t.Fatalf("vgpu.New: %v", err)
 	}
-	path := filepath.Join(t.TempDir(), name+".sock")
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
-	if err != nil {
-		t.Fatalf("listen: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- v.Serve(ctx, l) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		l.Close()
-		v.Close()
-	})
-	return &device{v: v, path: path}
+	return serveVGPU(t, v)
 }
 
 // TestSuiteCUDA runs the full correctness suite on the CUDA back end, in

@@ -36,7 +36,14 @@ func serve(t *testing.T, p *pool.Pool, name string, memSize uint64) *device {
 	if err != nil {
 		t.Fatalf("vgpu.New: %v", err)
 	}
-	path := filepath.Join(t.TempDir(), name+".sock")
+	return serveVGPU(t, v)
+}
+
+// serveVGPU serves v on a socket of its own until the test ends, then
+// closes it.
+func serveVGPU(t *testing.T, v *vgpu.VGPU) *device {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), v.Name()+".sock")
 	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
 	if err != nil {
 		t.Fatalf("listen: %v", err)

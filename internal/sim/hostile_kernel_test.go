@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"net"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -52,16 +50,7 @@ func serveConfig(t *testing.T, p *pool.Pool, cfg vgpu.Config) *device {
 	if err != nil {
 		t.Fatalf("vgpu.New: %v", err)
 	}
-	path := filepath.Join(t.TempDir(), cfg.Name+".sock")
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- v.Serve(ctx, l) }()
-	t.Cleanup(func() { cancel(); <-done; l.Close(); v.Close() })
-	return &device{v: v, path: path}
+	return serveVGPU(t, v)
 }
 
 // kernelVictim fills victimBytes of its local memory and returns a

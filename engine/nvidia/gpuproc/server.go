@@ -283,12 +283,19 @@ func (s *server) bulkPages(m *Msg, n int) ([]byte, error) {
 	return b, err
 }
 
-func (s *server) loadLocalBulk(m *Msg) (Msg, error) {
+// bulkPageList is m's page list and the bulk span that holds exactly
+// those pages.
+func (s *server) bulkPageList(m *Msg) ([]int, []byte, error) {
 	pages, err := pageList(m.Words)
 	if err != nil {
-		return Msg{}, err
+		return nil, nil, err
 	}
 	b, err := s.bulkPages(m, len(pages))
+	return pages, b, err
+}
+
+func (s *server) loadLocalBulk(m *Msg) (Msg, error) {
+	pages, b, err := s.bulkPageList(m)
 	if err != nil {
 		return Msg{}, err
 	}
@@ -383,11 +390,7 @@ func (s *server) trackerReadBulk(m *Msg) (Msg, error) {
 	if err := s.trackerCheck(); err != nil {
 		return Msg{}, err
 	}
-	pages, err := pageList(m.Words)
-	if err != nil {
-		return Msg{}, err
-	}
-	b, err := s.bulkPages(m, len(pages))
+	pages, b, err := s.bulkPageList(m)
 	if err != nil {
 		return Msg{}, err
 	}
