@@ -14,8 +14,13 @@
 #   e  the same with -no-tracking (the full hash), to compare with d
 #   f  the GPU workers on the GPU: the hostile scribble contained
 #      (cudadrv TestScribbleContainedByWorkersGPU), the bulk buffer's DMA
-#      (nvidia TestLocalBulkGPU); for the workers' cost, run b twice,
-#      GPU_ISOLATION=shared and the default (process), and compare
+#      (nvidia TestLocalBulkGPU), the local tracker's stop-phase costs at
+#      $LOCAL_TIMES GiB (TestLocalTrackerTimes; default 1,16); for the
+#      workers' cost, run b twice, GPU_ISOLATION=shared and the default
+#      (process), and compare
+# c's VMs: VM_MEMS (local memory sizes), VM_LIMIT (each VM step's limit,
+# s; 240), VM_ITERS (cuda-streams' iterations; 100), VM_PROGRAM (another
+# program), VM_LINES, VM_FLAGS.
 # -n (or DRY=1): what runs without a GPU: a is skipped, b and c run the
 # cuda back end on its software model (GMIG_CUDA_MODEL=1), c, d and e
 # with small sizes. BACKEND=software runs b and c on the software back end
@@ -47,11 +52,15 @@ if [ "$DRY" = 1 ]; then
 	VM_MEMS=${VM_MEMS:-16M}
 	BENCH_MEMS=${BENCH_MEMS:-64M}
 	LIB_LOCAL=${LIB_LOCAL:-64M}
+	LOCAL_TIMES=${LOCAL_TIMES:-}
 else
 	VM_MEMS=${VM_MEMS:-1G 4G 16G}
 	BENCH_MEMS=${BENCH_MEMS:-1G,4G,16G}
 	LIB_LOCAL=${LIB_LOCAL:-1G}
+	LOCAL_TIMES=${LOCAL_TIMES:-1,16}
 fi
+# Each VM step's time limit (s): a 16 GiB one needs more than the default.
+VM_LIMIT=${VM_LIMIT:-240}
 # The evidence programs' arguments (cmd/libcuda/testdata; empty: theirs).
 ARGS_probe=${ARGS_probe:-20 0}
 ARGS_vecadd=${ARGS_vecadd:-}
@@ -222,13 +231,13 @@ part_c() {
 		bal=$(($(bytes "$m") * 9 / 10 >> 20))
 		[ "$n" -gt 0 ] || n=256
 		if grep -qx /usr/bin/cuda-streams guest-programs.txt; then
-			prog=${VM_PROGRAM:-/usr/bin/cuda-streams,100,100,$n,$bal}
+			prog=${VM_PROGRAM:-/usr/bin/cuda-streams,${VM_ITERS:-100},100,$n,$bal}
 		else
 			prog=${VM_PROGRAM:-/usr/bin/cuda-probe,300,100}
 		fi
 		echo "  vm $m: $prog"
 		# shellcheck disable=SC2086 # VGPU_FLAGS and VM_FLAGS are words
-		step "vm-$m" 240 ./gmigd demo -cache "$DIR/cache" $VGPU_FLAGS -local-mem "$m" -guest-ram 1024 \
+		step "vm-$m" "$VM_LIMIT" ./gmigd demo -cache "$DIR/cache" $VGPU_FLAGS -local-mem "$m" -guest-ram 1024 \
 			-cuda-program "$prog" -program-lines "${VM_LINES:-6}" -log-level warn -keep ${VM_FLAGS:-}
 		# The daemons' logs and the consoles, then the demo's files go.
 		local files
@@ -279,10 +288,19 @@ part_f() {
 	for n in cudadrv nvidia; do
 		[ -x "$n.test" ] || { [ -f "$n.test.xz" ] && unxz_to "$n.test.xz" "$n.test" && chmod +x "$n.test"; }
 	done
-	step gpu-scribble 120 ./cudadrv.test -test.run 'TestScribbleContainedByWorkersGPU' -test.v -test.count 1
+	# Each test binary runs in its package's directory of the carried
+	# repository (the directory above this one), where its testdata is.
+	local repo
+	repo=$(cd "$DIR/.." && pwd)
+	step gpu-scribble 120 env -C "$repo/guest/cudadrv" "$DIR/cudadrv.test" -test.run 'TestScribbleContainedByWorkersGPU' -test.v -test.count 1
 	grep -E '^(---|ok|FAIL|PASS)|cuCtxSynchronize|skipping' "$LOGS/gpu-scribble.log" | sed 's/^/  /'
-	step gpu-bulk 120 ./nvidia.test -test.run 'TestLocalBulkGPU' -test.v -test.count 1
+	step gpu-bulk 120 env -C "$repo/engine/nvidia" "$DIR/nvidia.test" -test.run 'TestLocalBulkGPU' -test.v -test.count 1
 	grep -E '^(---|ok|FAIL|PASS)|skipping' "$LOGS/gpu-bulk.log" | sed 's/^/  /'
+	# The local tracker's stop-phase costs at the sizes of LOCAL_TIMES
+	# (GiB): the GPU hash and compare, the read of 1 % of the pages, a
+	# destination's load of them.
+	step gpu-local-times 120 env -C "$repo/engine/nvidia" GMIG_LOCAL_TIMES="$LOCAL_TIMES" "$DIR/nvidia.test" -test.run 'TestLocalTrackerTimes' -test.v -test.count 1
+	grep -E '^(---|ok|FAIL|PASS)|local:|skipping' "$LOGS/gpu-local-times.log" | sed 's/^/  /'
 }
 
 echo "device-run: parts $PARTS$([ "$DRY" = 1 ] && echo ' (dry: no GPU; the cuda back end on its model)'), logs in $OUT, budget $BUDGET s"

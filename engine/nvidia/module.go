@@ -33,8 +33,7 @@ type moduleSet struct {
 	byHandle map[uint32]*gpuModule
 	before   cuda.DevPtr // per-page hashes before a launch
 	after    cuda.DevPtr // and after
-	listRaw  []byte      // pinned, mapped: count, then changed page numbers
-	listDev  cuda.DevPtr
+	list     *diffList   // the pages a launch changed
 }
 
 func newModuleSet() *moduleSet { return &moduleSet{byHandle: map[uint32]*gpuModule{}} }
@@ -49,12 +48,10 @@ func (s *moduleSet) free(dev gpuDevice) error {
 			*p = 0
 		}
 	}
-	if s.listRaw != nil {
-		if err := dev.FreeHost(s.listRaw); err != nil && first == nil {
-			first = err
-		}
-		s.listRaw = nil
+	if err := s.list.free(dev); err != nil && first == nil {
+		first = err
 	}
+	s.list = nil
 	return first
 }
 
@@ -189,8 +186,8 @@ func (b *NVIDIA) moduleBuffers(pages uint64) error {
 			}
 		}
 	}
-	if s.listRaw == nil {
-		s.listRaw, s.listDev, err = b.dev.AllocHostMapped(4 * (pages + 1))
+	if s.list == nil {
+		s.list, err = newDiffList(b.dev, pages)
 	}
 	return err
 }
@@ -217,14 +214,14 @@ func (b *NVIDIA) launchHash(base uint64, list cuda.DevPtr, n uint64, out cuda.De
 // diffPages returns the pages whose before and after hashes differ,
 // ascending.
 func (b *NVIDIA) diffPages(pages uint64) ([]uint32, error) {
-	words := u32Words(b.mods.listRaw)
-	words[0] = 0
-	if err := b.launch(b.g.fn.diffHashes, pages, uint64(b.mods.before), uint64(b.mods.after), pages,
-		uint64(b.mods.listDev)+4, uint64(b.mods.listDev)); err != nil {
+	if err := b.settleGrids(); err != nil {
 		return nil, err
 	}
-	n := words[0]
-	out := slices.Clone(words[1 : 1+n])
+	changed, err := b.mods.list.run(b.g, b.dev, b.stream, b.mods.before, b.mods.after, pages)
+	if err != nil {
+		return nil, err
+	}
+	out := slices.Clone(changed)
 	slices.Sort(out)
 	return out, nil
 }

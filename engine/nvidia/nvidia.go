@@ -119,6 +119,7 @@ type NVIDIA struct {
 	tableDev cuda.DevPtr
 
 	scratch     cuda.DevPtr
+	loadStage   []byte // pinned host staging of LoadLocal (stageBytes), once used
 	scratchSize uint64
 
 	mods  *moduleSet // guest modules; nil without Config.Modules
@@ -206,6 +207,10 @@ func (b *NVIDIA) Close() error {
 	if b.scratch != 0 {
 		keep(b.dev.Free(b.scratch))
 		b.scratch, b.scratchSize = 0, 0
+	}
+	if b.loadStage != nil {
+		keep(b.dev.FreeHost(b.loadStage))
+		b.loadStage = nil
 	}
 	if b.tableRaw != nil {
 		keep(b.dev.FreeHost(b.tableRaw))

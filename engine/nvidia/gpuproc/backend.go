@@ -10,6 +10,7 @@ import (
 	"github.com/gmig-dev/gmig/engine/nvidia"
 	"github.com/gmig-dev/gmig/gtt"
 	"github.com/gmig-dev/gmig/internal/cuda"
+	"github.com/gmig-dev/gmig/internal/parcopy"
 )
 
 // The Client's nvidia.VGPUBackend methods: engine.Backend's, and what the
@@ -76,7 +77,7 @@ func (c *Client) writeBulk(dst []gtt.Extent, src []byte) error {
 		return fmt.Errorf("gpuproc: %w: write of %d bytes into %d", cpuref.ErrBounds, len(src), n)
 	}
 	return bulkExtents(dst, n, func(xs []gtt.Extent, from, to uint64) error {
-		return c.bulkCall(c.eng, OpWriteBulk, &Msg{Dst: xs}, int(to-from), func(b []byte) { copy(b, src[from:to]) }, nil)
+		return c.bulkCall(c.eng, OpWriteBulk, &Msg{Dst: xs}, int(to-from), func(b []byte) { parcopy.Copy(b, src[from:to]) }, nil)
 	})
 }
 
@@ -91,7 +92,7 @@ func (c *Client) readBulk(dst []byte, src []gtt.Extent) error {
 		return fmt.Errorf("gpuproc: %w: read of %d bytes into %d", cpuref.ErrBounds, n, len(dst))
 	}
 	return bulkExtents(src, n, func(xs []gtt.Extent, from, to uint64) error {
-		return c.bulkCall(c.eng, OpReadBulk, &Msg{Src: xs}, int(to-from), nil, func(b []byte) { copy(dst[from:to], b) })
+		return c.bulkCall(c.eng, OpReadBulk, &Msg{Src: xs}, int(to-from), nil, func(b []byte) { parcopy.Copy(dst[from:to], b) })
 	})
 }
 
@@ -280,10 +281,11 @@ func (c *Client) LoadLocal(pages []int, mem []byte) error {
 		per := bulkChunk / pageSize
 		for done := 0; done < len(pages); {
 			chunk := pages[done : done+min(per, len(pages)-done)]
-			fill := func(b []byte) {
-				for i, p := range chunk {
-					copy(b[i*pageSize:(i+1)*pageSize], mem[p*pageSize:(p+1)*pageSize])
-				}
+			fill := func(b []byte) { // the gather, on several cores: a stop phase's pages wait on it
+				parcopy.Pages(len(chunk), pageSize, func(i int) ([]byte, []byte) {
+					p := chunk[i]
+					return b[i*pageSize : (i+1)*pageSize], mem[p*pageSize : (p+1)*pageSize]
+				})
 			}
 			if err := c.bulkCall(c.eng, OpLoadLocalBulk, &Msg{Words: pageWords(chunk)}, len(chunk)*pageSize, fill, nil); err != nil {
 				return err

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/gmig-dev/gmig/engine/nvidia"
+	"github.com/gmig-dev/gmig/internal/parcopy"
 )
 
 // The migration's reader of device-local memory, in the worker
@@ -37,7 +38,7 @@ func (t *tracker) Snapshot(first, n int, buf []byte) error {
 			k := min(per, n-done)
 			out := buf[done*pageSize : (done+k)*pageSize]
 			if err := t.c.bulkCall(t.c.side, OpTrackerSnapshotBulk, &Msg{A: uint32(first + done), B: uint32(k)}, k*pageSize,
-				nil, func(b []byte) { copy(out, b) }); err != nil {
+				nil, func(b []byte) { parcopy.Copy(out, b) }); err != nil {
 				return err
 			}
 			done += k
@@ -79,7 +80,7 @@ func (t *tracker) Read(pages []int, buf []byte) error {
 			chunk := pages[done : done+min(per, len(pages)-done)]
 			out := buf[done*pageSize : (done+len(chunk))*pageSize]
 			if err := t.c.bulkCall(t.c.side, OpTrackerReadBulk, &Msg{Words: pageWords(chunk)}, len(chunk)*pageSize,
-				nil, func(b []byte) { copy(out, b) }); err != nil {
+				nil, func(b []byte) { parcopy.Copy(out, b) }); err != nil {
 				return err
 			}
 			done += len(chunk)
