@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gmig-dev/gmig/engine/nvidia"
 	"github.com/gmig-dev/gmig/gtt"
 	"github.com/gmig-dev/gmig/internal/migtest"
 	"github.com/gmig-dev/gmig/precopy/stream"
@@ -46,18 +45,9 @@ func TestGPULocalStopTimes(t *testing.T) {
 func stopTimes(t *testing.T, n int, iso string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	t.Setenv(nvidia.ModelEnv, "2")
 	const pg = stream.PageSize
 	local := uint64(2*n) * pg
-	serve := func(name string, gpu int, pad uint64) *migtest.Served {
-		p := migtest.NewPool(t, 4*localGfx+local)
-		if pad > 0 {
-			migtest.NewVGPUConfig(t, p, vgpu.Config{Name: name + "-pad", MemSize: pad, GTTEntries: 16})
-		}
-		return migtest.Serve(t, migtest.NewVGPUConfig(t, p, vgpu.Config{Name: name, Backend: vgpu.BackendCUDA, GPU: gpu,
-			GPUIsolation: iso, MemSize: localGfx, GTTEntries: 1024, LocalMemSize: local}))
-	}
-	src, dst := serve("src", 0, 0), serve("dst", 1, localGfx)
+	src, dst := cudaLocalPairSized(t, local, iso)
 	a, b := migtest.TCPPair(t)
 	recv := receive(ctx, b, dst.V, Options{Log: migtest.Log})
 	s, err := NewSource(src.V, a, Options{Strategy: OneShot, Workers: 2, SerialStop: true, Log: migtest.Log})
