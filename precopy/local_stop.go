@@ -24,13 +24,16 @@ import (
 //   - sending them: each chunk is cut into batches that go, round-robin,
 //     to every stream the stop phase has (spread's direct jobs, beside
 //     the aperture's batches); a buffer goes back to the ring once every
-//     batch cut from it is written.
+//     batch cut from it is written, or dropped after a failure.
 
 // localReadPages is how many changed device-local pages the stop phase
 // reads from the GPU at a time: 2048 pages, 8 MiB, eight stream batches —
 // each read has a fixed cost (a gather launch, a copy to the host and
 // their synchronizations), small against moving 8 MiB over PCIe, and the
-// streams get their first batches after one chunk's read.
+// streams get their first batches after one chunk's read. (On the 2-core
+// machine's CUDA model, where reads and writes share the cores and a read
+// has no fixed cost to spread, 256-page reads were faster: the chunk size
+// is for the GPU; docs/nvidia.md has the figures.)
 const localReadPages = 2048
 
 // localReadBuffers is the ring's size: while one buffer is read into,
@@ -156,7 +159,8 @@ func (s *Source) readLocal(ctx context.Context, ls *localStop, out func(pageJob)
 		}
 		for j := 0; j < len(chunk); j += localJobPages {
 			k := min(localJobPages, len(chunk)-j)
-			job := pageJob{idx: idx[lo+j : lo+j+k : lo+j+k], copies: buf[j*dirty.PageSize : (j+k)*dirty.PageSize], done: done}
+			job := pageJob{idx: idx[lo+j : lo+j+k : lo+j+k], done: done,
+				copies: buf[j*dirty.PageSize : (j+k)*dirty.PageSize]}
 			if err := out(job); err != nil {
 				return err
 			}

@@ -20,11 +20,11 @@ import (
 // NVIDIA back end, the changed device-local pages share the round-robin:
 // the local pages are read from the GPU in chunks on a goroutine of their
 // own while the aperture is scanned, and each chunk's batches go to the
-// next streams as soon as it is read (local_stop.go). Each extra stream is a stream of its
-// own — header, ShardHeader, PageBatch*, End — and the stop Meta on the
-// main stream says how many there are. The destination reads them all at
-// once (receive_shards.go) and restores the device from the main stream
-// only once every stream has ended.
+// next streams as soon as it is read (local_stop.go). Each extra stream
+// is a stream of its own — header, ShardHeader, PageBatch*, End — and the
+// stop Meta on the main stream says how many there are. The destination
+// reads them all at once (receive_shards.go) and restores the device from
+// the main stream only once every stream has ended.
 
 // DefaultStreams is the stop phase's stream count when Options.Streams is
 // zero: half the cores, at most MaxDefaultStreams — on the 16-core device

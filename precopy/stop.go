@@ -198,8 +198,9 @@ const PipelineMinWorkers = 4
 // dirty page, while this goroutine (or, with extra streams, one sender per
 // stream: spread) sends the dirty pages of each chunk straight from
 // memory with those hashes (no copy, no hash on the send path); with
-// extra streams, ls's device-local pages share them (readLocal). Stop-and-copy takes the same path: nothing was recorded, so
-// every page is dirty (Unrecorded) and hashed by the workers. It returns
+// extra streams, ls's device-local pages share them (readLocal).
+// Stop-and-copy takes the same path: nothing was recorded, so every page
+// is dirty (Unrecorded) and hashed by the workers. It returns
 // when the last chunk was scanned: the downtime's scan term ends there,
 // its transfer term is what was left to send after it.
 func (s *Source) scanAndSend(ctx context.Context, rep *Report, ls *localStop) (scanned time.Time, err error) {
@@ -245,7 +246,8 @@ func (s *Source) scanAndSend(ctx context.Context, rep *Report, ls *localStop) (s
 // several streams the device-local pages ls finds beside them.
 func (s *Source) sendPages(ctx context.Context, idx []uint32, ls *localStop) error {
 	if s.streams() > 1 {
-		return s.spread(false, func(send func([]uint32, []uint64) error) error { return send(idx, nil) }, s.spreadLocal(ctx, ls))
+		all := func(send func([]uint32, []uint64) error) error { return send(idx, nil) }
+		return s.spread(false, all, s.spreadLocal(ctx, ls))
 	}
 	_, err := s.w.WritePages(idx, s.mem, nil)
 	s.noteSent()
