@@ -45,6 +45,7 @@ func (s *Source) Precopy(ctx context.Context) error {
 // live runs the strategy's live rounds and returns how many ran.
 func (s *Source) live(ctx context.Context) (rounds int, err error) {
 	if s.opts.Strategy == StopCopy {
+		s.prepareLocalStop() // out of the downtime
 		return 0, nil
 	}
 	if err := s.sendAllLive(ctx); err != nil {

@@ -22,7 +22,10 @@ import (
 //   - NVIDIA back end: on the GPU alone, where guest kernels write it
 //     behind the engine's back (LAUNCH_GRID), so marks cannot say: the
 //     back end reads it (localPages, nvidia.LocalTracker) and the stop
-//     phase hashes it on the GPU, sending the pages whose hash changed.
+//     phase hashes it on the GPU, sending the pages whose hash changed:
+//     hashed beside the aperture's scan, read in chunks while earlier
+//     chunks are written, and spread over every stream with the
+//     aperture's pages (local_stop.go).
 
 // localPages is device-local memory a back end keeps where the host
 // cannot read it, read through the back end and checked by hashing
@@ -133,6 +136,7 @@ func writeHook(tr *dirty.Tracker, l *localState) func(off, n uint64) {
 // or after the copy is marked and sent again at the stop.
 func (s *Source) sendLocalLive(ctx context.Context) error {
 	l := s.local
+	s.prepareLocalStop()
 	for lo := 0; lo < l.pages(); lo += liveBatch {
 		if err := s.check(ctx); err != nil {
 			return err
@@ -153,64 +157,6 @@ func (s *Source) sendLocalLive(ctx context.Context) error {
 			return err
 		}
 		_, err = s.w.WriteCopies(idx, s.copies[:len(pages)*dirty.PageSize], nil)
-		s.noteSent()
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// sendLocalStop sends, with the VM stopped, the local pages that changed
-// since they were sent (every one for stop-and-copy, which sent none) and
-// counts them in rep: engine-marked pages straight from the frozen memory
-// on the software back end, hashing none; on the NVIDIA back end the pages
-// whose GPU hash changed (dirty.Hash), read back over PCIe.
-func (s *Source) sendLocalStop(rep *Report) error {
-	l := s.local
-	if l == nil {
-		return nil
-	}
-	var pages []int
-	src := dirty.Engine
-	switch {
-	case s.opts.Strategy == StopCopy:
-		pages, src = make([]int, l.pages()), dirty.Unrecorded
-		for i := range pages {
-			pages[i] = i
-		}
-	case l.marks != nil:
-		pages = l.marks.Marked()
-	default:
-		src = dirty.Hash
-		if err := l.withGPU(func(g localPages) (err error) { pages, err = g.Changed(); return err }); err != nil {
-			return err
-		}
-	}
-	rep.Stop.LocalPages = len(pages)
-	rep.Stop.LocalMethod = l.method
-	rep.Stop.DirtyPages += len(pages)
-	rep.Stop.BySource[src] += len(pages)
-	s.log.Info().Str("method", l.method).Int("pages", l.pages()).Int("dirty", len(pages)).Msg("device-local pages to send at the stop")
-	if l.marks != nil {
-		idx := make([]uint32, len(pages))
-		for i, p := range pages {
-			idx[i] = uint32(l.first + p)
-		}
-		_, err := s.w.WritePages(idx, l.dev, nil)
-		s.noteSent()
-		return err
-	}
-	for lo := 0; lo < len(pages); lo += liveBatch {
-		batch := pages[lo:min(len(pages), lo+liveBatch)]
-		idx := s.idx[:len(batch)]
-		for i, p := range batch {
-			idx[i] = uint32(l.first + p)
-		}
-		if err := l.withGPU(func(g localPages) error { return g.Read(batch, s.copies) }); err != nil {
-			return err
-		}
-		_, err := s.w.WriteCopies(idx, s.copies[:len(batch)*dirty.PageSize], nil)
 		s.noteSent()
 		if err != nil {
 			return err

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gmig-dev/gmig/engine/nvidia"
 	"github.com/gmig-dev/gmig/gtt"
 	"github.com/gmig-dev/gmig/internal/migtest"
 	"github.com/gmig-dev/gmig/precopy/stream"
@@ -23,46 +22,46 @@ import (
 // (GMIG_STOP_TIMES=4096,40960; unset, the test skips), on the CUDA model:
 // with GPU isolation "process" (source and destination each in a GPU
 // worker: the changed pages cross the bulk buffers) and "shared" (both
-// back ends in this process), side by side. It checks that exactly the n
-// pages are sent at the stop and that the destination's local memory is
-// the source's.
+// back ends in this process), side by side, on each stream count
+// GMIG_STOP_STREAMS lists (default 1; the local pages are spread over
+// them). It checks that exactly the n pages are sent at the stop and that
+// the destination's local memory is the source's.
 func TestGPULocalStopTimes(t *testing.T) {
-	var ns []int
-	for _, f := range strings.Split(os.Getenv("GMIG_STOP_TIMES"), ",") {
-		if n, err := strconv.Atoi(f); err == nil && n > 0 {
-			ns = append(ns, n)
-		}
-	}
+	ns, ks := envInts("GMIG_STOP_TIMES"), envInts("GMIG_STOP_STREAMS")
 	if len(ns) == 0 {
 		t.Skip("set GMIG_STOP_TIMES to changed-page counts (4096,40960) to measure")
 	}
+	if len(ks) == 0 {
+		ks = []int{1}
+	}
 	for _, n := range ns {
-		for _, iso := range []string{vgpu.IsolationProcess, vgpu.IsolationShared} {
-			t.Run(fmt.Sprintf("pages=%d/%s", n, iso), func(t *testing.T) { stopTimes(t, n, iso) })
+		for _, k := range ks {
+			for _, iso := range []string{vgpu.IsolationProcess, vgpu.IsolationShared} {
+				t.Run(fmt.Sprintf("pages=%d/streams=%d/%s", n, k, iso), func(t *testing.T) { stopTimes(t, n, k, iso) })
+			}
 		}
 	}
 }
 
-func stopTimes(t *testing.T, n int, iso string) {
+// envInts is the positive integers of the comma-separated list in the
+// environment variable name.
+func envInts(name string) []int {
+	var out []int
+	for _, f := range strings.Split(os.Getenv(name), ",") {
+		if n, err := strconv.Atoi(f); err == nil && n > 0 {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func stopTimes(t *testing.T, n, k int, iso string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	t.Setenv(nvidia.ModelEnv, "2")
 	const pg = stream.PageSize
 	local := uint64(2*n) * pg
-	serve := func(name string, gpu int, pad uint64) *migtest.Served {
-		p := migtest.NewPool(t, 4*localGfx+local)
-		if pad > 0 {
-			migtest.NewVGPUConfig(t, p, vgpu.Config{Name: name + "-pad", MemSize: pad, GTTEntries: 16})
-		}
-		return migtest.Serve(t, migtest.NewVGPUConfig(t, p, vgpu.Config{Name: name, Backend: vgpu.BackendCUDA, GPU: gpu,
-			GPUIsolation: iso, MemSize: localGfx, GTTEntries: 1024, LocalMemSize: local}))
-	}
-	src, dst := serve("src", 0, 0), serve("dst", 1, localGfx)
-	a, b := migtest.TCPPair(t)
-	recv := receive(ctx, b, dst.V, Options{Log: migtest.Log})
-	s, err := NewSource(src.V, a, Options{Strategy: OneShot, Workers: 2, SerialStop: true, Log: migtest.Log})
-	must(t, err)
-	defer s.Close()
+	src, dst := cudaLocalPairSized(t, local, iso)
+	s, recv, _ := startOnStreams(ctx, t, src.V, dst.V, k, Options{Strategy: OneShot, Workers: 2, SerialStop: true, Log: migtest.Log})
 	must(t, s.Precopy(ctx))
 	g := src.V.GPU()
 	for i := range n {
@@ -76,8 +75,8 @@ func stopTimes(t *testing.T, n int, iso string) {
 		t.Errorf("%d local pages at the stop, want %d", rep.Stop.LocalPages, n)
 	}
 	st := rep.Stop
-	t.Logf("isolation %s, %d changed local pages (%d MiB): stop %v (scan %v, transfer %v, restore %v, other %v)",
-		iso, n, n*pg>>20, st.Total, st.Scan, st.Transfer, r.rep.Stop.Restore, st.Other())
+	t.Logf("isolation %s, %d changed local pages (%d MiB), %d streams (%d local pages on the extra ones): stop %v (scan %v, transfer %v, restore %v, other %v)",
+		iso, n, n*pg>>20, k, s.shardLocal.Load(), st.Total, st.Scan, st.Transfer, r.rep.Stop.Restore, st.Other())
 	read := func(v *vgpu.VGPU) []byte {
 		out := make([]byte, local)
 		must(t, v.GPU().Read(out, []gtt.Extent{{Off: v.Partition().ApertureEnd(), Len: local}}))

@@ -8,6 +8,7 @@ import (
 	"io"
 	"runtime"
 	"sync"
+	"sync/atomic"
 
 	"github.com/gmig-dev/gmig/precopy/stream"
 )
@@ -15,11 +16,15 @@ import (
 // The stop phase on several streams (docs/migration-stream.md §3.3 and
 // §8): a Source given extra connections (AddStreams) spreads the stop
 // phase's pages over them and its own, batch by batch, round-robin; each
-// page goes on exactly one stream. Each extra stream is a stream of its
-// own — header, ShardHeader, PageBatch*, End — and the stop Meta on the
-// main stream says how many there are. The destination reads them all at
-// once (receive_shards.go) and restores the device from the main stream
-// only once every stream has ended.
+// page goes on exactly one stream. The aperture's dirty pages and, on the
+// NVIDIA back end, the changed device-local pages share the round-robin:
+// the local pages are read from the GPU in chunks on a goroutine of their
+// own while the aperture is scanned, and each chunk's batches go to the
+// next streams as soon as it is read (local_stop.go). Each extra stream
+// is a stream of its own — header, ShardHeader, PageBatch*, End — and the
+// stop Meta on the main stream says how many there are. The destination
+// reads them all at once (receive_shards.go) and restores the device from
+// the main stream only once every stream has ended.
 
 // DefaultStreams is the stop phase's stream count when Options.Streams is
 // zero: half the cores, at most MaxDefaultStreams — on the 16-core device
@@ -110,24 +115,48 @@ func (s *Source) watchAll(ctx context.Context) (stop func()) {
 }
 
 // pageJob is one piece of the stop phase's pages for one stream: hashes
-// nil, or the hash of each page as memory holds it (frozen).
+// nil, or the hash of each page as memory holds it (frozen). copies nil:
+// the pages are written from the partition (WritePages); otherwise they
+// are copies already made, len(idx) pages back to back (WriteCopies:
+// device-local pages read from the GPU, local_stop.go), hashed by the
+// writer when hashes is nil. done, if set, is called once the job was
+// written, or dropped after a failure, so that its producer may reuse
+// copies' buffer.
 type pageJob struct {
 	idx    []uint32
 	hashes []uint64
+	copies []byte
+	done   func()
+}
+
+// finish tells j's producer that j is written or dropped.
+func (j pageJob) finish() {
+	if j.done != nil {
+		j.done()
+	}
 }
 
 // spread runs the stop phase's page sends on every stream at once:
-// produce calls send with pages (and, or nil, their hashes) as it finds
-// them; send gathers them into batches (batcher) and hands each full batch
-// to the next stream in turn, round-robin, each stream's sender writing
-// on its own goroutine; once produce returns, what is left is split
-// evenly over the streams. With own, send copies what it is given (the
-// caller reuses it). Then each extra stream ends (End) unless anything
-// failed; the main stream goes on with the stop phase's tail. It returns
-// the first error of produce or a sender; a sender's error interrupts
-// every connection's writes, so the others stop too, and send returns it
-// to produce.
-func (s *Source) spread(own bool, produce func(send func(idx []uint32, hashes []uint64) error) error) error {
+// produce (nil: none) calls send with pages (and, or nil, their hashes)
+// as it finds them; send gathers them into batches (batcher) and hands
+// each full batch to the next stream in turn, round-robin, each stream's
+// sender writing on its own goroutine; once produce returns, what is left
+// is split evenly over the streams. With own, send copies what it is
+// given (the caller reuses it). send is for produce's goroutine alone.
+//
+// side (nil: none) runs beside produce, on a goroutine of its own, and
+// hands whole jobs to the next stream in turn through direct, which any
+// goroutine may call until side returns: the device-local pages read from
+// the GPU while the aperture's scan runs (local_stop.go). spread waits for
+// both before the streams end.
+//
+// Then each extra stream ends (End) unless anything failed; the main
+// stream goes on with the stop phase's tail. It returns the first error of
+// produce, side or a sender; a sender's error, or side's, interrupts every
+// connection's writes, so the others stop too, and send and direct return
+// it to their callers.
+func (s *Source) spread(own bool, produce func(send func(idx []uint32, hashes []uint64) error) error,
+	side func(direct func(pageJob) error) error) error {
 	n := s.streams()
 	jobs := make([]chan pageJob, n)
 	errs := make(chan error, n)
@@ -152,22 +181,46 @@ func (s *Source) spread(own bool, produce func(send func(idx []uint32, hashes []
 			errs <- s.sendShard(i, jobs[i], fail, firstErr)
 		}()
 	}
-	next := 0
-	b := batcher{size: stream.DefaultBatchPages, own: own, out: func(j pageJob) {
-		jobs[next] <- j
-		next = (next + 1) % n
-	}}
-	err := produce(func(idx []uint32, hashes []uint64) error {
-		if err := firstErr(); err != nil {
-			return err
+	var next atomic.Uint32 // round-robin over the streams, shared by send and direct
+	to := func(j pageJob) { jobs[(next.Add(1)-1)%uint32(n)] <- j }
+	sideErr := make(chan error, 1)
+	if side != nil {
+		go func() {
+			err := side(func(j pageJob) error {
+				if err := firstErr(); err != nil {
+					j.finish()
+					return err
+				}
+				to(j)
+				return nil
+			})
+			if err != nil {
+				fail(err) // the scan and the other streams stop at once
+			}
+			sideErr <- err
+		}()
+	}
+	b := batcher{size: stream.DefaultBatchPages, own: own, out: to}
+	var err error
+	if produce != nil {
+		err = produce(func(idx []uint32, hashes []uint64) error {
+			if err := firstErr(); err != nil {
+				return err
+			}
+			b.add(idx, hashes)
+			return nil
+		})
+	}
+	if err != nil {
+		fail(err) // no stream ends as if it were whole; side stops at its next job
+	}
+	if side != nil {
+		if e := <-sideErr; e != nil && err == nil {
+			err = e
 		}
-		b.add(idx, hashes)
-		return nil
-	})
+	}
 	if err == nil {
 		b.finish(n)
-	} else {
-		fail(err) // no stream ends as if it were whole
 	}
 	for _, j := range jobs {
 		close(j)
@@ -258,7 +311,7 @@ func cut(idx *[]uint32, hashes *[]uint64, k int) pageJob {
 // sendShard writes the jobs for stream i (0: the main one) until jobs is
 // closed, then ends an extra stream unless the phase failed. After a
 // failure (its own, reported through fail, or another's: failed) it
-// drains jobs without writing.
+// drains jobs without writing. Every job is finished either way.
 func (s *Source) sendShard(i int, jobs <-chan pageJob, fail func(error), failed func() error) error {
 	var err error
 	w := s.w
@@ -267,15 +320,24 @@ func (s *Source) sendShard(i int, jobs <-chan pageJob, fail func(error), failed 
 	}
 	for j := range jobs {
 		if err != nil || failed() != nil {
+			j.finish()
 			continue
 		}
 		var st stream.Stats
-		st, err = w.WritePages(j.idx, s.mem, j.hashes)
+		if j.copies != nil {
+			st, err = w.WriteCopies(j.idx, j.copies, j.hashes)
+		} else {
+			st, err = w.WritePages(j.idx, s.mem, j.hashes)
+		}
+		j.finish()
 		if i == 0 {
 			s.noteSent()
 		} else {
 			s.shardPages.Add(st.Pages)
 			s.shardBytes.Add(st.Bytes)
+			if j.copies != nil {
+				s.shardLocal.Add(st.Pages)
+			}
 		}
 		if err != nil {
 			err = fmt.Errorf("stream %d: %w", i, err)

@@ -62,6 +62,9 @@ type Source struct {
 
 	sentPages, sentBytes   atomic.Uint64 // page records and stream bytes written so far on the main stream (Sent)
 	shardPages, shardBytes atomic.Uint64 // the same on the extra streams (shards.go)
+	shardLocal             atomic.Uint64 // device-local page records of those (local_stop.go)
+
+	localBufs [][]byte // the stop phase's read buffers for device-local pages (local_stop.go)
 
 	shards   []*shardOut // AddStreams'; set once, under mu
 	token    uint64      // names this migration's streams (stream.Shard)

@@ -13,7 +13,8 @@ import (
 // Stop is the stop phase; the caller has paused the VM. It quiesces the
 // vGPU (the command in flight finishes; later doorbells wait), runs the
 // final dirty scan (stop-and-copy: every page) and sends the dirty pages
-// (device-local pages: exactly those the engine wrote, local.go)
+// (device-local pages: exactly those the engine wrote, or those whose GPU
+// hash changed, hashed beside the scan and read in chunks: local_stop.go)
 // straight from the frozen memory — pipelined: the pages of each scanned
 // chunk go out while the workers scan the next, with the hashes the scan
 // computed (scanAndSend; Options.SerialStop scans everything first), on
@@ -79,8 +80,14 @@ func (s *Source) stop(ctx context.Context, rep *Report) error {
 	rep.Stop.Quiesce = time.Since(t)
 
 	t = time.Now()
+	// The GPU hashes device-local memory while the CPU scans the
+	// aperture (local_stop.go); with several streams the changed local
+	// pages go out beside the aperture's.
+	ls := s.startLocalStop()
+	defer ls.wait() // nothing of it outlives the stop phase
+	spreadLocal := s.streams() > 1 && ls != nil
 	if s.pipelined() {
-		scanned, err := s.scanAndSend(ctx, rep)
+		scanned, err := s.scanAndSend(ctx, rep, ls)
 		if err != nil {
 			return err
 		}
@@ -93,14 +100,14 @@ func (s *Source) stop(ctx context.Context, rep *Report) error {
 		}
 		rep.Stop.Scan = time.Since(t)
 		t = time.Now()
-		if err := s.sendPages(dirtyPages); err != nil {
+		if err := s.sendPages(ctx, dirtyPages, ls); err != nil {
 			return err
 		}
 	}
 	if err := s.verifyWriteLog(ctx, rep); err != nil {
 		return err
 	}
-	if err := s.sendLocalStop(rep); err != nil {
+	if err := s.sendLocalStop(ctx, rep, ls, spreadLocal); err != nil {
 		return err
 	}
 	n, err := s.sendGuestRAM()
@@ -190,11 +197,13 @@ const PipelineMinWorkers = 4
 // frozen memory chunk by chunk (dirty.ScanFrozenStream), hashing every
 // dirty page, while this goroutine (or, with extra streams, one sender per
 // stream: spread) sends the dirty pages of each chunk straight from
-// memory with those hashes (no copy, no hash on the send path). Stop-and-copy takes the same path: nothing was recorded, so
-// every page is dirty (Unrecorded) and hashed by the workers. It returns
+// memory with those hashes (no copy, no hash on the send path); with
+// extra streams, ls's device-local pages share them (readLocal).
+// Stop-and-copy takes the same path: nothing was recorded, so every page
+// is dirty (Unrecorded) and hashed by the workers. It returns
 // when the last chunk was scanned: the downtime's scan term ends there,
 // its transfer term is what was left to send after it.
-func (s *Source) scanAndSend(ctx context.Context, rep *Report) (scanned time.Time, err error) {
+func (s *Source) scanAndSend(ctx context.Context, rep *Report, ls *localStop) (scanned time.Time, err error) {
 	start := time.Now()
 	var res dirty.ScanResult
 	scan := func(send func(idx []uint32, hashes []uint64) error) (err error) {
@@ -204,7 +213,7 @@ func (s *Source) scanAndSend(ctx context.Context, rep *Report) (scanned time.Tim
 		return err
 	}
 	if s.streams() > 1 {
-		err = s.spread(true, scan) // the chunk's slices are reused
+		err = s.spread(true, scan, s.spreadLocal(ctx, ls)) // the chunk's slices are reused
 	} else {
 		err = scan(func(idx []uint32, hashes []uint64) error {
 			_, err := s.w.WritePages(idx, s.mem, hashes)
@@ -233,10 +242,12 @@ func (s *Source) scanAndSend(ctx context.Context, rep *Report) (scanned time.Tim
 }
 
 // sendPages sends the dirty pages the serial final scan found, on every
-// stream (each stream's writer copies and hashes its own).
-func (s *Source) sendPages(idx []uint32) error {
+// stream (each stream's writer copies and hashes its own), and with
+// several streams the device-local pages ls finds beside them.
+func (s *Source) sendPages(ctx context.Context, idx []uint32, ls *localStop) error {
 	if s.streams() > 1 {
-		return s.spread(false, func(send func([]uint32, []uint64) error) error { return send(idx, nil) })
+		all := func(send func([]uint32, []uint64) error) error { return send(idx, nil) }
+		return s.spread(false, all, s.spreadLocal(ctx, ls))
 	}
 	_, err := s.w.WritePages(idx, s.mem, nil)
 	s.noteSent()

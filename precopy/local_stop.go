@@ -1,0 +1,239 @@
+package precopy
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/gmig-dev/gmig/dirty"
+	"github.com/gmig-dev/gmig/precopy/stream"
+)
+
+// The stop phase's device-local pages (local.go). On the software back
+// end the engine-marked pages go on the main stream after the aperture's,
+// straight from the frozen memory. On the NVIDIA back end the work is
+// pipelined three ways, all inside the downtime:
+//   - which pages changed: the GPU hash (localPages.Changed) starts on a
+//     goroutine of its own as soon as the engine is quiesced, beside the
+//     CPU's scan of the aperture (stop-and-copy sends every page and
+//     hashes none);
+//   - reading them: a reader copies the changed pages from the GPU
+//     localReadPages at a time into a ring of localReadBuffers buffers
+//     made (and faulted in) during the pre-copy, and reads the next chunk
+//     while the streams write the last;
+//   - sending them: each chunk is cut into batches that go, round-robin,
+//     to every stream the stop phase has (spread's direct jobs, beside
+//     the aperture's batches); a buffer goes back to the ring once every
+//     batch cut from it is written, or dropped after a failure.
+
+// localReadPages is how many changed device-local pages the stop phase
+// reads from the GPU at a time: 2048 pages, 8 MiB, eight stream batches —
+// each read has a fixed cost (a gather launch, a copy to the host and
+// their synchronizations), small against moving 8 MiB over PCIe, and the
+// streams get their first batches after one chunk's read. (On the 2-core
+// machine's CUDA model, where reads and writes share the cores and a read
+// has no fixed cost to spread, 256-page reads were faster: the chunk size
+// is for the GPU; docs/nvidia.md has the figures.)
+const localReadPages = 2048
+
+// localReadBuffers is the ring's size: while one buffer is read into,
+// up to three chunks already read are being written; 4 buffers of
+// localReadPages pages are 32 MiB per Source.
+const localReadBuffers = 4
+
+// localJobPages is how many pages of a chunk one stream writes at a time:
+// a stream batch (a variable so that tests can spread a few pages over
+// several streams).
+var localJobPages = stream.DefaultBatchPages
+
+// localStop is the stop phase's changed device-local pages on the NVIDIA
+// back end, found on a goroutine of their own.
+type localStop struct {
+	done  chan struct{} // closed once pages and err are set
+	pages []int
+	err   error
+	src   dirty.Source // what found them, for the report
+}
+
+// startLocalStop starts finding the device-local pages to send at the
+// stop (the vGPU is quiesced): nil for the software back end or without
+// local memory; every page for stop-and-copy; else those whose GPU hash
+// changed, on a goroutine of its own.
+func (s *Source) startLocalStop() *localStop {
+	l := s.local
+	if l == nil || l.marks != nil {
+		return nil
+	}
+	ls := &localStop{done: make(chan struct{})}
+	if s.opts.Strategy == StopCopy {
+		ls.pages, ls.src = make([]int, l.pages()), dirty.Unrecorded
+		for i := range ls.pages {
+			ls.pages[i] = i
+		}
+		close(ls.done)
+		return ls
+	}
+	ls.src = dirty.Hash
+	go func() {
+		defer close(ls.done)
+		ls.err = l.withGPU(func(g localPages) (err error) { ls.pages, err = g.Changed(); return err })
+		if ls.err != nil {
+			ls.err = fmt.Errorf("precopy: hashing device-local memory: %w", ls.err)
+		}
+	}()
+	return ls
+}
+
+// wait returns the pages once they are found; nil ls has none.
+func (ls *localStop) wait() ([]int, error) {
+	if ls == nil {
+		return nil, nil
+	}
+	<-ls.done
+	return ls.pages, ls.err
+}
+
+// prepareLocalStop makes the stop phase's read buffers for device-local
+// pages (NVIDIA back end) and writes a byte of every page, so the
+// downtime takes no page fault on them. The pre-copy calls it.
+func (s *Source) prepareLocalStop() {
+	l := s.local
+	if l == nil || l.marks != nil || s.localBufs != nil {
+		return
+	}
+	size := min(localReadPages, l.pages()) * dirty.PageSize
+	s.localBufs = make([][]byte, localReadBuffers)
+	for i := range s.localBufs {
+		b := make([]byte, size)
+		for off := 0; off < size; off += dirty.PageSize {
+			b[off] = 1
+		}
+		s.localBufs[i] = b
+	}
+}
+
+// readLocal reads the pages ls found from the GPU, chunk by chunk into the
+// ring of read buffers, and hands each chunk on to out as jobs of
+// localJobPages pages, whose done returns the chunk's buffer to the ring
+// once every job of it was written or dropped. It returns once every
+// chunk was handed on, or at the first error (out's, a read's, ctx's).
+func (s *Source) readLocal(ctx context.Context, ls *localStop, out func(pageJob) error) error {
+	pages, err := ls.wait()
+	if err != nil {
+		return err
+	}
+	s.logLocalStop(len(pages))
+	if len(pages) == 0 {
+		return nil
+	}
+	l := s.local
+	s.prepareLocalStop() // already made by the pre-copy, but for a Stop without one
+	free := make(chan []byte, len(s.localBufs))
+	for _, b := range s.localBufs {
+		free <- b
+	}
+	idx := make([]uint32, len(pages))
+	for i, p := range pages {
+		idx[i] = uint32(l.first + p)
+	}
+	for lo := 0; lo < len(pages); lo += localReadPages {
+		if err := s.check(ctx); err != nil {
+			return err
+		}
+		chunk := pages[lo:min(len(pages), lo+localReadPages)]
+		var buf []byte
+		select {
+		case buf = <-free:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if err := l.withGPU(func(g localPages) error { return g.Read(chunk, buf) }); err != nil {
+			return fmt.Errorf("precopy: reading %d device-local pages from the GPU: %w", len(chunk), err)
+		}
+		left := new(atomic.Int32)
+		left.Store(int32((len(chunk) + localJobPages - 1) / localJobPages))
+		done := func() {
+			if left.Add(-1) == 0 {
+				free <- buf
+			}
+		}
+		for j := 0; j < len(chunk); j += localJobPages {
+			k := min(localJobPages, len(chunk)-j)
+			job := pageJob{idx: idx[lo+j : lo+j+k : lo+j+k], done: done,
+				copies: buf[j*dirty.PageSize : (j+k)*dirty.PageSize]}
+			if err := out(job); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// sendLocalStop sends, with the VM stopped, the local pages that changed
+// since they were sent (every one for stop-and-copy, which sent none) and
+// counts them in rep: engine-marked pages straight from the frozen memory
+// on the software back end, hashing none; on the NVIDIA back end the pages
+// ls found (whose GPU hash changed, dirty.Hash), read back over PCIe —
+// unless sent says they went already, spread with the aperture's pages
+// over several streams. Here they go on the main stream, each chunk's
+// read overlapping the write of the chunk before.
+func (s *Source) sendLocalStop(ctx context.Context, rep *Report, ls *localStop, sent bool) error {
+	l := s.local
+	switch {
+	case l == nil:
+		return nil
+	case l.marks == nil:
+		if !sent {
+			if err := s.spread(false, nil, s.spreadLocal(ctx, ls)); err != nil {
+				return err
+			}
+		}
+		pages, err := ls.wait()
+		if err != nil {
+			return err
+		}
+		countLocalStop(rep, l, len(pages), ls.src)
+		return nil
+	}
+	pages, src := l.marks.Marked(), dirty.Engine
+	if s.opts.Strategy == StopCopy {
+		pages, src = make([]int, l.pages()), dirty.Unrecorded
+		for i := range pages {
+			pages[i] = i
+		}
+	}
+	countLocalStop(rep, l, len(pages), src)
+	s.logLocalStop(len(pages))
+	idx := make([]uint32, len(pages))
+	for i, p := range pages {
+		idx[i] = uint32(l.first + p)
+	}
+	_, err := s.w.WritePages(idx, l.dev, nil)
+	s.noteSent()
+	return err
+}
+
+// countLocalStop adds the stop phase's n device-local pages, found by
+// src, to rep.
+func countLocalStop(rep *Report, l *localState, n int, src dirty.Source) {
+	rep.Stop.LocalPages = n
+	rep.Stop.LocalMethod = l.method
+	rep.Stop.DirtyPages += n
+	rep.Stop.BySource[src] += n
+}
+
+// spreadLocal is spread's side for the NVIDIA back end's local pages
+// (nil without them): it waits for the pages ls finds, then reads them
+// and hands them on (readLocal).
+func (s *Source) spreadLocal(ctx context.Context, ls *localStop) func(direct func(pageJob) error) error {
+	if ls == nil {
+		return nil
+	}
+	return func(direct func(pageJob) error) error { return s.readLocal(ctx, ls, direct) }
+}
+
+// logLocalStop says how many device-local pages the stop phase sends.
+func (s *Source) logLocalStop(dirtyPages int) {
+	s.log.Info().Str("method", s.local.method).Int("pages", s.local.pages()).Int("dirty", dirtyPages).
+		Msg("device-local pages to send at the stop")
+}
