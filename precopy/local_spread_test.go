@@ -146,6 +146,16 @@ type failingLocal struct {
 	failChanged bool
 	readOK      int32 // reads that succeed first
 	reads       atomic.Int32
+	failSnap    bool  // Snapshot fails too, from its snapOK+1-th call on
+	snapOK      int32 // snapshots that succeed first
+	snaps       atomic.Int32
+}
+
+func (f *failingLocal) Snapshot(first, n int, buf []byte) error {
+	if f.failSnap && f.snaps.Add(1) > f.snapOK {
+		return errInjected
+	}
+	return f.localPages.Snapshot(first, n, buf)
 }
 
 func (f *failingLocal) Changed() ([]int, error) {
@@ -341,4 +351,59 @@ func TestSpreadFinishesDirectJobs(t *testing.T) {
 			t.Errorf("job %d finished %d times, want once", i, n)
 		}
 	}
+}
+
+// TestGPULocalLiveChunks: the pre-copy snapshots device-local memory a
+// read buffer (localReadPages) at a time on a reader goroutine while the
+// chunk before is written (sendLocalLiveGPU): over local memory of five
+// buffers and a bit (the ring goes round), a one-shot migration arrives
+// whole; a snapshot failing on its third chunk fails the pre-copy with
+// the cause wrapped, and no snapshot is taken after it (the reader
+// stopped; sendLocalLiveGPU returns only once it has).
+func TestGPULocalLiveChunks(t *testing.T) {
+	t.Run("whole", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		src, dst := cudaLocalPairSized(t, ringLocal, "")
+		s, recv, _ := startOnStreams(ctx, t, src.V, dst.V, 1, Options{Strategy: OneShot, Workers: 2, SerialStop: true, Log: migtest.Log})
+		must(t, s.Precopy(ctx))
+		scribbleLocal(t, src.V, 7, 3, 50)
+		rep, err := s.Stop(ctx)
+		must(t, err)
+		r := <-recv
+		must(t, r.err)
+		if rep.Stop.LocalPages != 50 {
+			t.Errorf("%d local pages at the stop, want 50", rep.Stop.LocalPages)
+		}
+		if sl, dl := readGPULocal(t, src.V), readGPULocal(t, dst.V); string(sl) != string(dl) {
+			t.Fatal("the destination's local memory differs from the source's")
+		}
+	})
+	t.Run("snapshot fails", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		src, dst := cudaLocalPairSized(t, ringLocal, "")
+		a, b := migtest.TCPPair(t)
+		recv := receive(ctx, b, dst.V, Options{Log: migtest.Log})
+		s, err := NewSource(src.V, a, Options{Strategy: OneShot, Workers: 2, SerialStop: true, Log: migtest.Log})
+		must(t, err)
+		defer s.Close()
+		inject := &failingLocal{failSnap: true, snapOK: 2}
+		s.local.mu.Lock()
+		inject.localPages = s.local.gpu
+		s.local.gpu = inject
+		s.local.mu.Unlock()
+		perr := s.Precopy(ctx)
+		if !errors.Is(perr, errInjected) {
+			t.Fatalf("Precopy's error %v, want one wrapping %v", perr, errInjected)
+		}
+		if n := inject.snaps.Load(); n != 3 {
+			t.Errorf("%d snapshots, want 3 (the third failed, none after it)", n)
+		}
+		s.Rollback()
+		a.Close()
+		if r := <-recv; r.err == nil {
+			t.Error("the destination accepted the migration")
+		}
+	})
 }
