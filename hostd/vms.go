@@ -201,6 +201,7 @@ func (h *Host) launch(ctx context.Context, name string, spec qemu.Spec, socket s
 	}
 	q, err := qemu.Start(ctx, qemu.Config{
 		Spec: spec, Root: h.cfg.QEMURoot, VfioUser: socket, RunDir: dir, Serial: con, Incoming: incoming, Scope: scope,
+		Log: h.log.With().Str("vm", name).Logger(),
 	})
 	if err != nil {
 		con.Close()

@@ -3,8 +3,6 @@ package qemu
 import (
 	"encoding/json"
 	"fmt"
-	"regexp"
-	"strconv"
 
 	"github.com/gmig-dev/gmig/internal/apilog"
 	"github.com/gmig-dev/gmig/internal/pci"
@@ -50,46 +48,65 @@ var pirqRouters = map[Chipset]struct {
 // RestoreFrontEnd replays writes (the vGPU's config writes in replay
 // order) into the front end of the device with id DeviceID, then re-routes
 // INTx through the machine's chipset. The VM must be paused.
+//
+// It runs in the migration's downtime, so it costs two monitor round
+// trips where PrepareFrontEnd ran before: the device's address is known,
+// and the port accesses go to the batch monitor in two batches (the
+// second needs the values the first read: the saved CONFIG_ADDRESS and
+// the PIRQ routing). Without the batch monitor (a QEMU started without
+// it) each access is a round trip of its own on the main monitor.
 func (vm *VM) RestoreFrontEnd(writes []apilog.Entry) error {
+	io := vm.frontEndIO()
+	defer io.done()
+	return vm.restoreFrontEnd(writes, io)
+}
+
+// restoreFrontEnd is RestoreFrontEnd through io.
+func (vm *VM) restoreFrontEnd(writes []apilog.Entry, io portIO) error {
 	chip, err := ChipsetOf(vm.machine())
 	if err != nil {
 		return err
 	}
-	bdf, err := vm.deviceBDF(DeviceID)
+	bdf, err := vm.vgpuBDF()
 	if err != nil {
 		return err
 	}
-	saved, err := vm.inPort("w", configAddressPort) // the guest may be mid-access
-	if err != nil {
-		return err
-	}
-	p := portWriter{vm: vm}
+	var p portPlan
+	p.in(configAddressPort, "saving CONFIG_ADDRESS") // the guest may be mid-access
 	msi := false
 	for _, w := range writes {
 		if w.Kind != apilog.ConfigWrite {
 			continue
 		}
-		if err := p.configWrite(bdf, w.Offset, w.Size, w.Arg); err != nil {
-			return fmt.Errorf("qemu: replaying config write %#x/%d: %w", w.Offset, w.Size, err)
+		what := fmt.Sprintf("replaying config write %#x/%d", w.Offset, w.Size)
+		if err := p.configWrite(bdf, w.Offset, w.Size, w.Arg, what); err != nil {
+			return fmt.Errorf("qemu: %s: %w", what, err)
 		}
 		if msiEnables(w) {
 			msi = true
 		}
 	}
 	// With MSI enabled QEMU has turned INTx off: nothing to re-route.
-	if !msi {
-		r := pirqRouters[chip]
-		for _, reg := range r.regs {
-			v, err := p.configRead(r.bdf, reg)
-			if err != nil {
-				return fmt.Errorf("qemu: reading the PIRQ routing at %#x: %w", reg, err)
-			}
-			if err := p.configWrite(r.bdf, reg, 4, v); err != nil {
-				return fmt.Errorf("qemu: rewriting the PIRQ routing at %#x: %w", reg, err)
-			}
+	r := pirqRouters[chip]
+	if msi {
+		r.regs = nil
+	}
+	for _, reg := range r.regs {
+		p.configRead(r.bdf, reg, fmt.Sprintf("reading the PIRQ routing at %#x", reg))
+	}
+	read, err := io.run(p.take())
+	if err != nil {
+		return err
+	}
+	saved, routes := read[0], read[1:]
+	for i, reg := range r.regs {
+		if err := p.configWrite(r.bdf, reg, 4, routes[i], fmt.Sprintf("rewriting the PIRQ routing at %#x", reg)); err != nil {
+			return err
 		}
 	}
-	return vm.outPort("w", configAddressPort, saved)
+	p.out("w", configAddressPort, saved, "restoring CONFIG_ADDRESS")
+	_, err = io.run(p.take())
+	return err
 }
 
 // msiEnables reports whether a config write sets the MSI enable bit (the
@@ -102,74 +119,8 @@ func msiEnables(w apilog.Entry) bool {
 	return (w.Arg>>(8*(ctl-w.Offset)))&pci.MSIControlEnable != 0
 }
 
-// portWriter issues config accesses through HMP, skipping a write of
-// CONFIG_ADDRESS that would repeat the last one (each HMP command is a
-// monitor round trip: most of the front end's restore time).
-type portWriter struct {
-	vm   *VM
-	addr uint32 // the last CONFIG_ADDRESS written (0: none)
-}
-
-func (p *portWriter) setAddress(a uint32) error {
-	if a == p.addr {
-		return nil
-	}
-	if err := p.vm.outPort("w", configAddressPort, a); err != nil {
-		return err
-	}
-	p.addr = a
-	return nil
-}
-
-// configWrite writes size bytes of value at config offset off of bdf.
-func (p *portWriter) configWrite(bdf [3]int, off uint16, size uint8, value uint32) error {
-	if off >= 0x100 {
-		return fmt.Errorf("offset beyond conventional config space")
-	}
-	letter := map[uint8]string{1: "b", 2: "h", 4: "w"}[size]
-	if letter == "" || uint16(size) > 4-off%4 {
-		return fmt.Errorf("size %d at offset %#x crosses a dword", size, off)
-	}
-	if err := p.setAddress(configAddress(bdf, off)); err != nil {
-		return err
-	}
-	return p.vm.outPort(letter, configDataPort+uint32(off%4), value)
-}
-
-// configRead reads the dword at config offset off of bdf.
-func (p *portWriter) configRead(bdf [3]int, off uint16) (uint32, error) {
-	if err := p.setAddress(configAddress(bdf, off)); err != nil {
-		return 0, err
-	}
-	return p.vm.inPort("w", configDataPort)
-}
-
 func configAddress(bdf [3]int, off uint16) uint32 {
 	return configEnable | uint32(bdf[0])<<16 | uint32(bdf[1])<<11 | uint32(bdf[2])<<8 | uint32(off&^3)
-}
-
-// outPort writes an I/O port through HMP ("o /w 0xcf8 0x80001010"; sizes
-// b, h, w are 8, 16 and 32 bits; a byte write must say /b).
-func (vm *VM) outPort(size string, port, value uint32) error {
-	_, err := vm.HMP(fmt.Sprintf("o /%s %#x %#x", size, port, value))
-	return err
-}
-
-// portRE matches HMP's answer to "i": "portl[0x0cf8] = 0x80001004".
-var portRE = regexp.MustCompile(`=\s*0x([0-9a-fA-F]+)`)
-
-// inPort reads an I/O port through HMP.
-func (vm *VM) inPort(size string, port uint32) (uint32, error) {
-	out, err := vm.HMP(fmt.Sprintf("i /%s %#x", size, port))
-	if err != nil {
-		return 0, err
-	}
-	m := portRE.FindStringSubmatch(out)
-	if m == nil {
-		return 0, fmt.Errorf("qemu: unexpected answer to port read: %q", out)
-	}
-	v, err := strconv.ParseUint(m[1], 16, 32)
-	return uint32(v), err
 }
 
 // deviceBDF finds the bus, device and function of the device with qdev id.

@@ -315,6 +315,10 @@ func (in *Incoming) Listen(host string) error {
 		return fmt.Errorf("qemu: migrate-incoming: port %q: %w", q.Sockets[0].Port, err)
 	}
 	in.uri = "tcp:" + net.JoinHostPort(host, q.Sockets[0].Port)
+	// Before the downtime: what the front end's restore can learn now.
+	if err := vm.PrepareFrontEnd(); err != nil {
+		vm.cfg.Log.Info().Err(err).Msg("the vGPU's front-end restore is not fully prepared: it will do the rest in the downtime")
+	}
 	return nil
 }
 

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/digitalocean/go-qemu/qmp"
+	"github.com/rs/zerolog"
 )
 
 // Errors callers branch on.
@@ -116,7 +117,8 @@ type Config struct {
 	Root Root
 	// VfioUser is the vGPU's vfio-user socket; empty means no vGPU.
 	VfioUser string
-	// RunDir holds the QMP socket (RunDir/qmp.sock); required.
+	// RunDir holds the QMP sockets (RunDir/qmp.sock, and BatchSocket
+	// for the front end's restore, frontend_io.go); required.
 	RunDir string
 	// Serial receives the guest's serial console.
 	Serial io.Writer
@@ -126,6 +128,9 @@ type Config struct {
 	// Scope, if set, is the transient systemd scope unit QEMU runs in
 	// (scope.go; UseScopes says when, ScopeUnit names it).
 	Scope string
+	// Log receives what the VM's control says on its own (the zero
+	// Logger: nothing).
+	Log zerolog.Logger
 }
 
 // Errors about a VM's configuration.
@@ -214,6 +219,9 @@ func (c Config) Args() ([]string, error) {
 	args = append(args,
 		"-serial", "stdio",
 		"-qmp", "unix:"+filepath.Join(c.RunDir, "qmp.sock")+",server=on,wait=off",
+		// A second monitor, for commands sent without waiting for each
+		// reply (batchmon.go).
+		"-qmp", "unix:"+filepath.Join(c.RunDir, BatchSocket)+",server=on,wait=off",
 	)
 	if c.VfioUser != "" {
 		dev, _ := json.Marshal(map[string]any{
@@ -336,6 +344,7 @@ type VM struct {
 	// console is QEMU's stderr on its way to the console log (nil when
 	// adopted or without a console).
 	console *prefixedLines
+	fe      frontEnd // the front end's restore (frontend_io.go)
 	done    chan struct{}
 	err     error
 }
@@ -539,6 +548,7 @@ func (vm *VM) closeQMP() {
 	if mon != nil {
 		_ = mon.Disconnect()
 	}
+	vm.closeBatch()
 }
 
 // CheckKVM reports whether /dev/kvm can be opened read-write.

@@ -22,6 +22,7 @@ func TestArgsSharedMemfdAndDevice(t *testing.T) {
 		"-S -incoming defer",
 		"-machine pc,memory-backend=mem",
 		"unix:/r/qmp.sock,server=on,wait=off",
+		"unix:/r/qmp-batch.sock,server=on,wait=off",
 		"-kernel /k",
 	} {
 		if !strings.Contains(line, want) {
@@ -165,6 +166,34 @@ func TestOutgoingParameters(t *testing.T) {
 		// The orchestrator's stop-phase estimate counts what QEMU is told.
 		if got := o.ExpectedDowntime(); got.Milliseconds() != c.wantDown {
 			t.Errorf("limit %v: ExpectedDowntime %v, want %d ms", c.limit, got, c.wantDown)
+		}
+	}
+}
+
+// TestAdoptedSpecMonitors: a command line gmigd gave a QEMU, adopted
+// (a restarted gmigd, a hop's next source), loses both monitors, and the
+// destination's command line built from it has both again, its own.
+func TestAdoptedSpecMonitors(t *testing.T) {
+	src := Config{Spec: Spec{Accel: "tcg"}, RunDir: "/a", VfioUser: "/a/gpu0.sock"}
+	args, err := src.Args()
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := AdoptedSpec(append([]string{"qemu-system-x86_64"}, args...), DeviceID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if line := strings.Join(spec.Argv, " "); strings.Contains(line, "-qmp") || strings.Contains(line, "/a/") {
+		t.Fatalf("the adopted command line keeps a monitor of the source host: %s", line)
+	}
+	dst, err := Config{Spec: spec, RunDir: "/b", VfioUser: "/b/gpu0.sock", Incoming: true}.Args()
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := strings.Join(dst, " ")
+	for _, want := range []string{"-qmp unix:/b/qmp.sock,server=on,wait=off", "-qmp unix:/b/" + BatchSocket + ",server=on,wait=off"} {
+		if strings.Count(line, want) != 1 {
+			t.Errorf("the destination's command line has %q %d times:\n%s", want, strings.Count(line, want), line)
 		}
 	}
 }
