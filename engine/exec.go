@@ -64,8 +64,8 @@ func (e *Engine) step() {
 		// doing this command: that launch's fault goes first.
 		e.launchFailed(res.err)
 	}
-	if len(res.wrote) > 0 {
-		e.unsynced = true
+	if len(res.wrote) > 0 && !res.fenced {
+		e.unsynced = true // a FENCE's own write was synced by the FENCE
 	}
 	if res.code != 0 || (e.unsynced && e.drains(p, res)) {
 		// The guest is about to learn of a failure (ERR_STATUS, the error

@@ -239,9 +239,12 @@ func TestFenceWriteMemAfterSync(t *testing.T) {
 	h.write(tGridParams, make([]byte, 28))
 	h.submit(LaunchGrid{Handle: 5, Grid: grid1, Params: tGridParams, Len: 28})
 	rec.syncErr = errors.Join(errors.New("nvidia: kernel fault"), ErrLaunchFailed)
-	rec.writeOrder = nil
+	rec.writeOrder, rec.syncs = nil, 0
 	slot := uint64(tDataGA + 40*abi.PageSize)
 	h.submit(Fence{Value: 7, Addr: slot, WriteMem: true})
+	if rec.syncs != 2 {
+		t.Errorf("%d back-end syncs for a WRITE_MEM fence that drains the ring, want 2 (before its write and after)", rec.syncs)
+	}
 	if f := h.ev.takeFaults(); len(f) != 1 || f[0].Code != abi.ErrKernel {
 		t.Fatalf("faults %+v, want the kernel's", f)
 	}
