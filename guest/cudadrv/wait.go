@@ -2,11 +2,13 @@ package cudadrv
 
 import (
 	stdctx "context"
+	"errors"
 	"fmt"
 	"runtime"
 	"time"
 
 	"github.com/gmig-dev/gmig/abi"
+	"github.com/gmig-dev/gmig/guest"
 )
 
 // Fences and the waits for them. Every register read is a round trip to
@@ -121,7 +123,7 @@ func (l *Lib) waitFenceMemLocked(v uint64) Result {
 		time.Sleep(min(time.Duration(sleeps)*pollSleepGrowth, pollMaxSleep)) // polling device memory
 		sleeps++
 	}
-	return l.deviceResultLocked(l.d.Wait(stdctx.Background(), v))
+	return l.waitVerdictLocked(v)
 }
 
 // fenceSlotLocked reads the fence slot and stamps the events it shows retired.
@@ -163,7 +165,20 @@ func (l *Lib) waitFenceRegLocked(v uint64) Result {
 		}
 		time.Sleep(min(time.Duration(n-pollSpins)*pollSleepGrowth, pollMaxSleep)) // polling a device register
 	}
-	return l.deviceResultLocked(l.d.Wait(stdctx.Background(), v))
+	return l.waitVerdictLocked(v)
+}
+
+// waitVerdictLocked waits for fence v with the guest driver, which tells a
+// dropped fence from a late one, and maps its verdict. A dropped fence
+// never retires, so the next synchronize must not wait for it again: it
+// issues a fence of its own (the ring drained with the drop, so that one
+// retires at once).
+func (l *Lib) waitVerdictLocked(v uint64) Result {
+	err := l.d.Wait(stdctx.Background(), v)
+	if errors.Is(err, guest.ErrFenceLost) {
+		l.pending = true
+	}
+	return l.deviceResultLocked(err)
 }
 
 // queryLocked answers whether fence v retired without waiting:
