@@ -64,8 +64,8 @@ func (e *Engine) step() {
 		// doing this command: that launch's fault goes first.
 		e.launchFailed(res.err)
 	}
-	if len(res.wrote) > 0 {
-		e.unsynced = true
+	if len(res.wrote) > 0 && !res.fenced {
+		e.unsynced = true // a FENCE's own write was synced by the FENCE
 	}
 	if res.code != 0 || (e.unsynced && e.drains(p, res)) {
 		// The guest is about to learn of a failure (ERR_STATUS, the error
@@ -353,7 +353,11 @@ func (e *Engine) execDMAFromGfx(c DMA) result {
 
 // execFence retires a fence (§6.4). Every earlier command has returned from
 // the back end; Sync makes sure an asynchronous back end has finished them
-// (and the fence's own write) before FENCE_DONE moves.
+// (and the fence's own write) before FENCE_DONE moves. With WRITE_MEM a
+// first Sync comes before the write: the write is how a guest polling
+// memory learns the fence retired, so earlier kernels must have finished,
+// and a failure that Sync finds must be reported (§6.10), before it lands
+// (a back end may store the value in host memory at once).
 func (e *Engine) execFence(c Fence) result {
 	var wrote []gtt.Extent
 	if c.WriteMem {
@@ -363,6 +367,9 @@ func (e *Engine) execFence(c Fence) result {
 		xs, err := e.resolve(c.Addr, 8, true)
 		if err != nil {
 			return fail(abi.ErrPageFault, err)
+		}
+		if err := e.sync(); err != nil {
+			return e.backendFail(err, nil)
 		}
 		var b [8]byte
 		le.PutUint64(b[:], c.Value)

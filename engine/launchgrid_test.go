@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/gmig-dev/gmig/abi"
+	"github.com/gmig-dev/gmig/gtt"
 )
 
 // kernels13PTX is the LAUNCH_GRID test kernels' PTX (docs/device-abi.md
@@ -32,6 +33,9 @@ type gridRec struct {
 	syncs     int
 	launchErr error // LaunchGrid's answer
 	syncErr   error // the next Sync's answer (once)
+	// writeOrder is, for each Write, whether syncErr was still waiting
+	// for a Sync when it came.
+	writeOrder []bool
 }
 
 // gridBackend is the software back end taking guest modules and recording
@@ -49,6 +53,10 @@ func (b gridBackend) LaunchGrid(h uint32, g Grid, p []byte) error {
 	}
 	b.rec.launches = append(b.rec.launches, gridCall{h, g, bytes.Clone(p)})
 	return nil
+}
+func (b gridBackend) Write(dst []gtt.Extent, src []byte) error {
+	b.rec.writeOrder = append(b.rec.writeOrder, b.rec.syncErr != nil)
+	return b.Backend.Write(dst, src)
 }
 func (b gridBackend) Sync() error {
 	b.rec.syncs++
@@ -216,6 +224,35 @@ func TestLaunchGridFailsAtSync(t *testing.T) {
 	}
 	if r := h.e.Regs(); r.FenceDone != 9 {
 		t.Errorf("FENCE_DONE %d, want 9", r.FenceDone)
+	}
+}
+
+// TestFenceWriteMemAfterSync: a FENCE with WRITE_MEM writes its value
+// only after the Sync that finds an earlier kernel's failure (§6.4,
+// §6.10): a guest that polls the value rather than FENCE_DONE must find
+// the failure already in ERR_STATUS. (The engine used to write first and
+// sync after; a back end that stores the value in host memory at once,
+// as the NVIDIA one does into the aperture, then showed the fence retired
+// while the kernels still ran.)
+func TestFenceWriteMemAfterSync(t *testing.T) {
+	h, rec := newGridHarness(t)
+	h.write(tGridParams, make([]byte, 28))
+	h.submit(LaunchGrid{Handle: 5, Grid: grid1, Params: tGridParams, Len: 28})
+	rec.syncErr = errors.Join(errors.New("nvidia: kernel fault"), ErrLaunchFailed)
+	rec.writeOrder, rec.syncs = nil, 0
+	slot := uint64(tDataGA + 40*abi.PageSize)
+	h.submit(Fence{Value: 7, Addr: slot, WriteMem: true})
+	if rec.syncs != 2 {
+		t.Errorf("%d back-end syncs for a WRITE_MEM fence that drains the ring, want 2 (before its write and after)", rec.syncs)
+	}
+	if f := h.ev.takeFaults(); len(f) != 1 || f[0].Code != abi.ErrKernel {
+		t.Fatalf("faults %+v, want the kernel's", f)
+	}
+	if len(rec.writeOrder) != 1 || rec.writeOrder[0] {
+		t.Fatalf("the fence's write came before the Sync that found the failure (writes %v: true is before)", rec.writeOrder)
+	}
+	if v := le.Uint64(h.read(slot, 8)); v != 7 {
+		t.Fatalf("fence slot holds %d, want 7", v)
 	}
 }
 

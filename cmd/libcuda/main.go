@@ -10,7 +10,8 @@
 // answers every other entry point of cuda.h (unsupported.c) with
 // CUDA_ERROR_NOT_SUPPORTED, logged once each. The vGPU is found through
 // sysfs (internal/sysfs) at cuInit, polled (no interrupts); on a host,
-// GMIG_CUDA_SOCKET names a vGPU socket to use instead. Logs go to
+// GMIG_CUDA_SOCKET names a vGPU socket to use instead, and
+// GMIG_CUDA_STAGING_CHUNK sets the host copies' staging chunk. Logs go to
 // standard error as JSON lines, at the level GMIG_CUDA_LOG names (default
 // warn). docs/cuda.md is the user's guide.
 package main
@@ -34,7 +35,28 @@ import (
 	"github.com/gmig-dev/gmig/internal/sysfs"
 )
 
-var lib = cudadrv.New(cudadrv.Config{Open: openBus, Log: logger()})
+var lib = newLib(logger())
+
+// newLib configures the library from its environment.
+func newLib(log zerolog.Logger) *cudadrv.Lib {
+	return cudadrv.New(cudadrv.Config{Open: openBus, StagingChunk: stagingChunk(os.Getenv, log), Log: log})
+}
+
+// stagingChunk is GMIG_CUDA_STAGING_CHUNK (cudadrv.ParseStagingChunk): 0,
+// the library's default, when it is unset or, logged, when it is bad.
+func stagingChunk(getenv func(string) string, log zerolog.Logger) uint64 {
+	s := getenv("GMIG_CUDA_STAGING_CHUNK")
+	if s == "" {
+		return 0
+	}
+	n, err := cudadrv.ParseStagingChunk(s)
+	if err != nil {
+		log.Warn().Err(err).Uint64("default", cudadrv.DefaultStagingChunk).
+			Msg("libcuda: GMIG_CUDA_STAGING_CHUNK ignored; using the default")
+		return 0
+	}
+	return n
+}
 
 // openBus reaches the vGPU: through sysfs in a guest, or, when
 // GMIG_CUDA_SOCKET names a vGPU's vfio-user socket, over the in-process

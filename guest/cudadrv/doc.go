@@ -14,7 +14,9 @@
 //     cuMemAlloc/Free/GetInfo; copy.go: copies and memsets; staging.go:
 //     host copies to device-local memory through staging slots; host.go:
 //     host memory.
-//   - stream.go, event.go: streams and events over the ring's FENCEs.
+//   - stream.go, event.go: streams and events over the ring's FENCEs;
+//     wait.go: fences and the waits for them (the fence slot in memory
+//     where CAPS has bit 1, else FENCE_DONE).
 //   - module.go: modules, functions, globals; launch.go: function
 //     attributes, cuLaunchKernel (LAUNCH_GRID where CAPS has bit 7, else
 //     LAUNCH); params.go: the launch parameter arena; batch.go: doorbell

@@ -50,6 +50,12 @@ type Config struct {
 	// library's DMA memory (DMA_TO_GFX/DMA_FROM_GFX) instead of the
 	// aperture (COPY); staging.go.
 	DMACopies bool
+	// StagingChunk is the most bytes a staging slot of a host copy to or
+	// from device-local memory holds (staging.go), a multiple of 4096; 0
+	// means DefaultStagingChunk. A quarter of the mapped aperture bounds
+	// the slots together whatever it says. ParseStagingChunk reads it as
+	// GMIG_CUDA_STAGING_CHUNK gives it.
+	StagingChunk uint64
 	// RingDelay bounds how long a launch waits in the ring before the
 	// doorbell is rung for it (batch.go); 0 means DefaultRingDelay.
 	RingDelay time.Duration
@@ -68,7 +74,10 @@ type Lib struct {
 	initRes     Result
 	d           *guest.Driver
 	mem         Memory
-	pending     bool // commands submitted since the last fence
+	pending     bool   // commands submitted since the last fence
+	memFences   bool   // fences write the fence slot (CAPS bit 1, wait.go)
+	memFence    uint64 // the last fence issued with abi.FenceWriteMem
+	seenDone    uint64 // the highest fence value seen retired
 	next        Handle
 	objs        map[Handle]any // *context, *stream, *event, *module, *function
 	allocs      map[uint64]alloc
@@ -134,13 +143,20 @@ func (l *Lib) openLocked() Result {
 		return l.fail(ErrNoDevice, fmt.Errorf("cudadrv: opening the vGPU: %w", err))
 	}
 	l.d = d
+	if d.FenceMem() {
+		if err := d.ClearFenceSlot(); err != nil {
+			return l.fail(ErrNoDevice, fmt.Errorf("cudadrv: opening the vGPU: %w", err))
+		}
+		l.memFences = true
+	}
 	if l.cfg.Memory != nil {
 		l.mem = l.cfg.Memory(d)
 	} else if l.mem, err = defaultMemory(d); err != nil {
 		return l.fail(ErrNoDevice, fmt.Errorf("cudadrv: opening the vGPU: %w", err))
 	}
 	l.cfg.Log.Info().Uint64("mem_size", d.MemSize()).Uint64("local_mem_size", d.LocalMemSize()).
-		Uint32("caps", d.Caps()).Bool("device_local", !l.mem.CPU()).Msg("cudadrv: vGPU opened")
+		Uint32("caps", d.Caps()).Bool("device_local", !l.mem.CPU()).Bool("memory_fences", l.memFences).
+		Uint64("staging_chunk", l.stagingChunk()).Msg("cudadrv: vGPU opened")
 	return Success
 }
 

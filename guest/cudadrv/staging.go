@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/gmig-dev/gmig/abi"
+	"github.com/gmig-dev/gmig/guest"
+	"github.com/gmig-dev/gmig/internal/bytesize"
 )
 
 // Host copies to and from device-local memory, which only commands reach.
@@ -19,17 +21,48 @@ import (
 // after it on the ring), as cuMemcpyHtoD does for pageable memory; a
 // device-to-host copy returns with the bytes.
 
-// Staging geometry: stagingSlots slots of at most stagingChunkMax bytes
-// (guest.DefaultStagingSize, the guest driver's own DMA chunk), at most
-// 1/stagingApertureShare of the mapped aperture in all (the ring, module
-// images and launch parameters live there too). Four slots keep two chunks
-// in flight while the CPU fills a third (a choice; BenchmarkCopyHtoD
-// measures it).
+// Staging geometry: stagingSlots slots of at most Config.StagingChunk
+// bytes (DefaultStagingChunk), at most 1/stagingApertureShare of the mapped
+// aperture in all (the ring, module images and launch parameters live
+// there too). Four slots keep two chunks in flight while the CPU fills a
+// third (a choice; BenchmarkCopyHtoD measures it).
 const (
 	stagingSlots         = 4
-	stagingChunkMax      = 1 << 20
 	stagingApertureShare = 4
 )
+
+// DefaultStagingChunk is Config.StagingChunk's default. Every chunk pays a
+// doorbell, a COPY, a FENCE and a wait, so bigger chunks pay them fewer
+// times per byte, while the first chunk's CPU copy is not overlapped with
+// any move; docs/cuda.md gives the measurement that picked it.
+const DefaultStagingChunk = 4 << 20
+
+// ParseStagingChunk reads a staging chunk size as GMIG_CUDA_STAGING_CHUNK
+// gives it: bytes, with an optional binary suffix (K, M, G), a positive
+// multiple of 4096.
+func ParseStagingChunk(s string) (uint64, error) {
+	n, err := bytesize.Parse(s)
+	if err != nil {
+		return 0, fmt.Errorf("cudadrv: staging chunk: %w", err)
+	}
+	if n == 0 || n%abi.PageSize != 0 {
+		return 0, fmt.Errorf("cudadrv: staging chunk %q: want a positive multiple of %d bytes", s, abi.PageSize)
+	}
+	return n, nil
+}
+
+// stagingChunk is the chunk Config asks for, or the default: for DMA
+// slots the guest driver's own DMA chunk (guest.DefaultStagingSize), since
+// a guest's DMA memory is small (8 MiB of huge pages, docs/cuda.md).
+func (l *Lib) stagingChunk() uint64 {
+	switch {
+	case l.cfg.StagingChunk != 0:
+		return l.cfg.StagingChunk &^ (abi.PageSize - 1)
+	case l.cfg.DMACopies:
+		return guest.DefaultStagingSize
+	}
+	return DefaultStagingChunk
+}
 
 type stagingSlot struct {
 	fence uint64 // fence after the last command that used the slot; 0 none
@@ -52,7 +85,7 @@ func (l *Lib) setupStagingLocked() error {
 		return nil
 	}
 	s := &staging{dma: l.cfg.DMACopies}
-	s.chunk = min(stagingChunkMax, l.d.MappedSize()/stagingApertureShare/stagingSlots) &^ (abi.PageSize - 1)
+	s.chunk = min(l.stagingChunk(), l.d.MappedSize()/stagingApertureShare/stagingSlots) &^ (abi.PageSize - 1)
 	if s.chunk == 0 {
 		return fmt.Errorf("cudadrv: a %#x-byte aperture has no room for staging", l.d.MappedSize())
 	}

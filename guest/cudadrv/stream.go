@@ -1,10 +1,8 @@
 package cudadrv
 
 import (
-	stdctx "context"
 	"errors"
 	"fmt"
-	"runtime"
 	"time"
 
 	"github.com/gmig-dev/gmig/abi"
@@ -18,11 +16,11 @@ import (
 // its launches carry it, so a faulting kernel stops its own stream's
 // later commands, not the default stream's; copies, memsets and the
 // library's fences stay on stream 0 (the ring's order covers them). An event is a
-// FENCE: recorded, it is the fence's value; it has completed once
-// FENCE_DONE reached that value. Its time is the host clock when the
-// library first saw the fence retired, polling FENCE_DONE (the device
-// stamps no times on fences), so cuEventElapsedTime is as fine as that
-// polling: microseconds while a thread waits on the device.
+// FENCE: recorded, it is the fence's value; it has completed once the
+// fence retired. Its time is the host clock when the library first saw
+// the fence retired, polling (wait.go; the device stamps no times on
+// fences), so cuEventElapsedTime is as fine as that polling: microseconds
+// while a thread waits on the device.
 
 // cuStream/cuEvent creation flags and the special stream handles (cuda.h,
 // CUDA 12.4).
@@ -36,16 +34,6 @@ const (
 	eventInterprocess    = 0x4 // CU_EVENT_INTERPROCESS
 	eventFlagsKnown      = eventBlockingSync | eventDisableTiming | eventInterprocess
 	eventWaitExternal    = 0x1 // CU_EVENT_WAIT_EXTERNAL, cuStreamWaitEvent's one flag
-)
-
-// FENCE_DONE polling, paced as the guest driver paces its own: a few
-// yields, then sleeps growing by 2 µs to 100 µs, which bounds an event's
-// time stamp error while keeping a waiting thread off the trapped register
-// (a choice, not a measurement).
-const (
-	pollSpins       = 64
-	pollSleepGrowth = 2 * time.Microsecond
-	pollMaxSleep    = 100 * time.Microsecond
 )
 
 type stream struct {
@@ -94,67 +82,6 @@ func (l *Lib) submitLocked(err error) Result {
 	}
 	l.pending, l.batch.unrung = true, 0
 	return Success
-}
-
-// fenceLocked issues a fence after everything submitted and returns its
-// value.
-func (l *Lib) fenceLocked() (uint64, Result) {
-	v := l.d.Fence(0)
-	if err := l.d.Flush(); err != nil {
-		return 0, l.fail(ErrUnknown, fmt.Errorf("cudadrv: issuing fence %d: %w", v, err))
-	}
-	l.pending, l.batch.unrung = false, 0
-	return v, Success
-}
-
-// syncLocked waits until everything submitted has retired.
-func (l *Lib) syncLocked() Result {
-	if !l.pending {
-		// Nothing since the last fence: wait for that one (it may be an
-		// event's, still queued).
-		return l.waitFenceLocked(l.d.LastFence())
-	}
-	v, r := l.fenceLocked()
-	if r != Success {
-		return r
-	}
-	return l.waitFenceLocked(v)
-}
-
-// waitFenceLocked polls FENCE_DONE until it reaches v, stamping every
-// recorded event whose fence it sees retire, then collects the device's
-// verdict on the commands before it.
-func (l *Lib) waitFenceLocked(v uint64) Result {
-	for n := 0; ; n++ {
-		done, err := l.d.FenceDone()
-		if err != nil {
-			return l.fail(ErrUnknown, err)
-		}
-		l.stampLocked(done)
-		if done >= v {
-			break
-		}
-		if st, err := l.d.Bus().ReadReg32(abi.RegErrStatus); err == nil && st != 0 {
-			break // a command failed: Wait reports it (and a dropped fence)
-		}
-		if n < pollSpins {
-			runtime.Gosched()
-			continue
-		}
-		time.Sleep(min(time.Duration(n-pollSpins)*pollSleepGrowth, pollMaxSleep)) // polling a device register
-	}
-	return l.deviceResultLocked(l.d.Wait(stdctx.Background(), v))
-}
-
-// stampLocked gives every recorded, unstamped event whose fence is at or
-// below done the time now.
-func (l *Lib) stampLocked(done uint64) {
-	now := time.Now()
-	for _, o := range l.objs {
-		if e, ok := o.(*event); ok && e.recorded && !e.stamped && e.fence <= done {
-			e.stamp, e.stamped = now, true
-		}
-	}
 }
 
 // deviceResultLocked maps what a wait reports to a CUresult. On a device
@@ -291,18 +218,6 @@ func (l *Lib) StreamQuery(t Thread, s Handle) Result {
 		}
 	}
 	return l.queryLocked(v)
-}
-
-func (l *Lib) queryLocked(v uint64) Result {
-	done, err := l.d.FenceDone()
-	if err != nil {
-		return l.fail(ErrUnknown, err)
-	}
-	l.stampLocked(done)
-	if done < v {
-		return ErrNotReady
-	}
-	return l.deviceResultLocked(l.d.CheckErrors())
 }
 
 // StreamWaitEvent is cuStreamWaitEvent: the ring already orders every
