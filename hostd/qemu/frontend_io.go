@@ -25,8 +25,9 @@ type portAccess struct {
 	what  string // the step it is part of, for errors
 }
 
-// hmp is the access's HMP command line ("o /w 0xcf8 0x80001010"; a byte
-// access must say /b).
+// hmp is the access's HMP command line ("o /w 0xcf8 0x80001010"). It
+// always names the size: without one HMP uses the last size its monitor
+// was given, whatever the command (TestHMPMonitorRealQEMU).
 func (a portAccess) hmp() string {
 	if a.read {
 		return fmt.Sprintf("i /%s %#x", a.size, a.port)

@@ -251,9 +251,10 @@ func TestTerminalLine(t *testing.T) {
 }
 
 // TestHMPMonitorRealQEMU runs lines on a real QEMU's readline monitor
-// (TCG, paused): reads and writes, a refused line's text mid-batch, a
-// second connection after the first left a line unfinished (QEMU drops
-// it). It needs the provisioned QEMU root (GMIG_CACHE).
+// (TCG, paused): reads and writes, a refused line's text mid-batch, an
+// access without a size taking the last one given (so portAccess always
+// names it), a second connection after the first left a line unfinished
+// (QEMU drops it). It needs the provisioned QEMU root (GMIG_CACHE).
 func TestHMPMonitorRealQEMU(t *testing.T) {
 	root := needRoot(t)
 	run := filepath.Join(t.TempDir(), "run")
@@ -271,12 +272,12 @@ func TestHMPMonitorRealQEMU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	outs, err := m.run([]string{"o /w 0xcf8 0x80001010", "o /w 0xcf8", "bogus", "i /w 0xcf8"})
+	outs, err := m.run([]string{"o /w 0xcf8 0x80001010", "o /w 0xcf8", "bogus", "i /w 0xcf8", "o /b 0x80 0x1", "i 0xcf8"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []string{"", "unexpected end of expression\nTry \"help o\" for more information\n",
-		"unknown command: 'bogus'\n", "portl[0x0cf8] = 0x80001010\n"}
+		"unknown command: 'bogus'\n", "portl[0x0cf8] = 0x80001010\n", "", "portb[0x0cf8] = 0x10\n"}
 	if strings.Join(outs, "|") != strings.Join(want, "|") {
 		t.Errorf("outputs %q, want %q", outs, want)
 	}
