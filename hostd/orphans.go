@@ -91,9 +91,10 @@ func incomingMark(dir string) string { return filepath.Join(dir, "incoming") }
 
 // forgetVMFiles removes what says a VM runs from its directory once gmigd
 // has ended the VM itself (its QMP socket: a QEMU killed leaves it; the
-// incoming mark) and its batch monitor's socket. The console log stays.
+// incoming mark) and its readline HMP monitor's socket. The console log
+// stays.
 func (h *Host) forgetVMFiles(dir string) {
-	for _, f := range []string{filepath.Join(dir, "qmp.sock"), filepath.Join(dir, qemu.BatchSocket), incomingMark(dir)} {
+	for _, f := range []string{filepath.Join(dir, "qmp.sock"), filepath.Join(dir, qemu.HMPSocket), incomingMark(dir)} {
 		if err := os.Remove(f); err != nil && !os.IsNotExist(err) {
 			h.log.Warn().Err(err).Msg("removing a VM's file")
 		}

@@ -49,12 +49,14 @@ var pirqRouters = map[Chipset]struct {
 // order) into the front end of the device with id DeviceID, then re-routes
 // INTx through the machine's chipset. The VM must be paused.
 //
-// It runs in the migration's downtime, so it costs two monitor round
-// trips where PrepareFrontEnd ran before: the device's address is known,
-// and the port accesses go to the batch monitor in two batches (the
-// second needs the values the first read: the saved CONFIG_ADDRESS and
-// the PIRQ routing). Without the batch monitor (a QEMU started without
-// it) each access is a round trip of its own on the main monitor.
+// It runs in the migration's downtime, so what PrepareFrontEnd can do
+// is done before: the device's address is known and the readline HMP
+// monitor connected. The port accesses go to that monitor as two batches
+// of short lines (the second needs the values the first read: the saved
+// CONFIG_ADDRESS and the PIRQ routing); QEMU reads monitor input a byte at
+// a time, so the short lines are what saves time. Without the HMP monitor
+// (a QEMU started without it) each access is a QMP round trip of its own
+// on the main monitor.
 func (vm *VM) RestoreFrontEnd(writes []apilog.Entry) error {
 	io := vm.frontEndIO()
 	defer io.done()

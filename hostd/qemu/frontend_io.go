@@ -1,7 +1,6 @@
 package qemu
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -14,8 +13,8 @@ import (
 
 // The front end's restore as I/O port accesses (the legacy configuration
 // mechanism, frontend.go), issued as HMP commands in batches: through the
-// batch monitor (batchmon.go) a batch costs one round trip, through the
-// main monitor one per access.
+// readline HMP monitor (hmpmon.go) a batch's lines go at once, through
+// the main QMP monitor each access is a round trip of its own.
 
 // portAccess is one I/O port access, an HMP "i" or "o" command.
 type portAccess struct {
@@ -26,8 +25,9 @@ type portAccess struct {
 	what  string // the step it is part of, for errors
 }
 
-// hmp is the access's HMP command line ("o /w 0xcf8 0x80001010"; a byte
-// access must say /b).
+// hmp is the access's HMP command line ("o /w 0xcf8 0x80001010"). It
+// always names the size: without one HMP uses the last size its monitor
+// was given, whatever the command (TestHMPMonitorRealQEMU).
 func (a portAccess) hmp() string {
 	if a.read {
 		return fmt.Sprintf("i /%s %#x", a.size, a.port)
@@ -108,15 +108,15 @@ func (p *portPlan) take() []portAccess {
 
 // portIO runs batches of accesses on one VM.
 type portIO struct {
-	vm    *VM
-	batch *batchMonitor // nil: one access at a time on the main monitor
+	vm  *VM
+	hmp *hmpMonitor // nil: one access at a time on the main monitor
 }
 
 // run issues the accesses in order and returns the values of the reads
 // among them, in order.
 func (io portIO) run(ops []portAccess) ([]uint32, error) {
 	outs := make([]string, len(ops))
-	if io.batch == nil {
+	if io.hmp == nil {
 		for i, a := range ops {
 			out, err := io.vm.HMP(a.hmp())
 			if err != nil {
@@ -125,22 +125,13 @@ func (io portIO) run(ops []portAccess) ([]uint32, error) {
 			outs[i] = out
 		}
 	} else {
-		cmds := make([]batchCommand, len(ops))
+		lines := make([]string, len(ops))
 		for i, a := range ops {
-			cmds[i] = batchCommand{Execute: "human-monitor-command", Arguments: map[string]string{"command-line": a.hmp()}}
+			lines[i] = a.hmp()
 		}
-		raw, err := io.batch.run(cmds)
-		if err != nil {
-			var ce *BatchCommandError
-			if errors.As(err, &ce) {
-				return nil, fmt.Errorf("qemu: %s: %w", ops[ce.Index].what, err)
-			}
+		var err error
+		if outs, err = io.hmp.run(lines); err != nil {
 			return nil, fmt.Errorf("qemu: restoring the front end: %w", err)
-		}
-		for i, r := range raw {
-			if err := json.Unmarshal(r, &outs[i]); err != nil {
-				return nil, fmt.Errorf("qemu: %s: HMP %q answered %s: %w", ops[i].what, ops[i].hmp(), r, err)
-			}
 		}
 	}
 	var read []uint32
@@ -156,11 +147,11 @@ func (io portIO) run(ops []portAccess) ([]uint32, error) {
 	return read, nil
 }
 
-// done ends the batch monitor's use: it is closed after the restore, the
-// one time a QEMU needs it (left open, it would gather QEMU's events).
+// done ends the HMP monitor's use: it is closed after the restore, the
+// one time a QEMU needs it.
 func (io portIO) done() {
-	if io.batch != nil {
-		_ = io.batch.close()
+	if io.hmp != nil {
+		_ = io.hmp.close()
 	}
 }
 
@@ -169,16 +160,16 @@ type frontEnd struct {
 	mu       sync.Mutex
 	bdf      [3]int
 	bdfKnown bool
-	batch    *batchMonitor // connected by PrepareFrontEnd, taken by the restore
-	serialOK sync.Once     // logs the fallback to the main monitor once
+	hmp      *hmpMonitor // connected by PrepareFrontEnd, taken by the restore
+	serialOK sync.Once   // logs the fallback to the main monitor once
 }
 
-// batchTimeout bounds the batch monitor's handshake and each batch: a
-// batch of some twenty port accesses takes a few milliseconds.
-const batchTimeout = 5 * time.Second
+// hmpTimeout bounds the HMP monitor's banner and each batch: a batch of
+// some twenty port accesses takes a few milliseconds.
+const hmpTimeout = 5 * time.Second
 
 // PrepareFrontEnd readies RestoreFrontEnd before a migration's downtime:
-// it finds the vGPU's PCI address and connects the batch monitor. Neither
+// it finds the vGPU's PCI address and connects the HMP monitor. Neither
 // changes during the VM's life: the device set is fixed and a device on
 // a root bus (the only place RestoreFrontEnd finds one) has a bus number
 // no guest programs. A failure is not fatal (the restore then does the
@@ -187,8 +178,8 @@ func (vm *VM) PrepareFrontEnd() error {
 	_, berr := vm.vgpuBDF()
 	var cerr error
 	vm.fe.mu.Lock()
-	if vm.fe.batch == nil {
-		vm.fe.batch, cerr = vm.dialBatch()
+	if vm.fe.hmp == nil {
+		vm.fe.hmp, cerr = vm.dialHMP()
 	}
 	vm.fe.mu.Unlock()
 	return errors.Join(berr, cerr)
@@ -212,33 +203,33 @@ func (vm *VM) vgpuBDF() ([3]int, error) {
 	return bdf, nil
 }
 
-// errNoBatchSocket: the QEMU has no batch monitor (adopted, or started by
-// a gmigd before it had one).
-var errNoBatchSocket = errors.New("qemu: no batch monitor socket")
+// errNoHMPSocket: the QEMU has no readline HMP monitor (adopted, or
+// started by a gmigd before it had one).
+var errNoHMPSocket = errors.New("qemu: no HMP monitor socket")
 
-// dialBatch connects to the VM's batch monitor.
-func (vm *VM) dialBatch() (*batchMonitor, error) {
+// dialHMP connects to the VM's readline HMP monitor.
+func (vm *VM) dialHMP() (*hmpMonitor, error) {
 	if vm.cfg.RunDir == "" {
-		return nil, errNoBatchSocket
+		return nil, errNoHMPSocket
 	}
-	path := filepath.Join(vm.cfg.RunDir, BatchSocket)
+	path := filepath.Join(vm.cfg.RunDir, HMPSocket)
 	if _, err := os.Stat(path); err != nil {
-		return nil, fmt.Errorf("%w: %w", errNoBatchSocket, err)
+		return nil, fmt.Errorf("%w: %w", errNoHMPSocket, err)
 	}
-	return dialBatchMonitor(path, batchTimeout)
+	return dialHMPMonitor(path, hmpTimeout)
 }
 
-// frontEndIO takes the batch monitor for a restore, connecting it if
+// frontEndIO takes the HMP monitor for a restore, connecting it if
 // PrepareFrontEnd did not; without one the restore goes through the main
 // monitor, which is logged once.
 func (vm *VM) frontEndIO() portIO {
 	vm.fe.mu.Lock()
 	defer vm.fe.mu.Unlock()
-	b := vm.fe.batch
-	vm.fe.batch = nil
-	if b == nil {
+	h := vm.fe.hmp
+	vm.fe.hmp = nil
+	if h == nil {
 		var err error
-		if b, err = vm.dialBatch(); err != nil {
+		if h, err = vm.dialHMP(); err != nil {
 			vm.fe.serialOK.Do(func() {
 				vm.cfg.Log.Warn().Err(err).Int("pid", vm.pid).
 					Msg("restoring the vGPU's front end through the main QMP monitor, one round trip per port access")
@@ -246,16 +237,16 @@ func (vm *VM) frontEndIO() portIO {
 			return portIO{vm: vm}
 		}
 	}
-	return portIO{vm: vm, batch: b}
+	return portIO{vm: vm, hmp: h}
 }
 
-// closeBatch closes the batch monitor if it is connected.
-func (vm *VM) closeBatch() {
+// closeHMP closes the HMP monitor if it is connected.
+func (vm *VM) closeHMP() {
 	vm.fe.mu.Lock()
-	b := vm.fe.batch
-	vm.fe.batch = nil
+	h := vm.fe.hmp
+	vm.fe.hmp = nil
 	vm.fe.mu.Unlock()
-	if b != nil {
-		_ = b.close()
+	if h != nil {
+		_ = h.close()
 	}
 }

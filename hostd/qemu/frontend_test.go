@@ -32,13 +32,13 @@ var frontEndWrites = []apilog.Entry{
 
 // TestRestoreFrontEndTimes restores a front end into a real QEMU (TCG,
 // paused, QEMU's pci-testdev standing in for the vGPU under its id) on
-// each machine type, the way gmigd did before the batch monitor (query-pci
-// and one main-monitor round trip per port access) and the way it does
-// now (address and batch monitor prepared before the downtime, two
-// batches in it), alternately on one QEMU, and logs both times. Both
-// leave the BARs decoded where the writes put them, the command register
-// set and CONFIG_ADDRESS as it was; a QEMU without the batch monitor
-// falls back to the main monitor and says so once. It needs the
+// each machine type, the way gmigd did before the second monitor
+// (query-pci and one main-monitor round trip per port access) and the
+// way it does now (address and readline HMP monitor prepared before the
+// downtime, two batches of lines in it), alternately on one QEMU, and
+// logs both times. Both leave the BARs decoded where the writes put them,
+// the command register set and CONFIG_ADDRESS as it was; a QEMU without
+// the HMP monitor falls back to the main monitor and says so once. It needs the
 // provisioned QEMU root (GMIG_CACHE).
 func TestRestoreFrontEndTimes(t *testing.T) {
 	root := needRoot(t)
@@ -81,7 +81,7 @@ func TestRestoreFrontEndTimes(t *testing.T) {
 				}
 				start = time.Now()
 				if err := vm.RestoreFrontEnd(frontEndWrites); err != nil {
-					t.Fatalf("pipelined restore %d: %v", i, err)
+					t.Fatalf("HMP monitor restore %d: %v", i, err)
 				}
 				after = append(after, time.Since(start))
 				checkFrontEnd(t, vm, guestAddr)
@@ -89,21 +89,21 @@ func TestRestoreFrontEndTimes(t *testing.T) {
 			slices.Sort(before)
 			slices.Sort(after)
 			t.Logf("%s: front-end restore of %d config writes over %d runs: serial (query-pci + a round trip per access) median %v min %v; "+
-				"prepared + batch monitor median %v min %v", machine, len(frontEndWrites), iterations,
+				"prepared + readline HMP monitor median %v min %v", machine, len(frontEndWrites), iterations,
 				before[iterations/2], before[0], after[iterations/2], after[0])
 			if strings.Contains(logs.String(), "main QMP monitor") {
-				t.Errorf("the fallback was logged with the batch monitor there:\n%s", logs)
+				t.Errorf("the fallback was logged with the HMP monitor there:\n%s", logs)
 			}
 
-			// A QEMU without the batch monitor (as an older gmigd started
+			// A QEMU without the HMP monitor (as an older gmigd started
 			// it): the main monitor does it all, said once.
-			if err := os.Remove(filepath.Join(run, BatchSocket)); err != nil {
+			if err := os.Remove(filepath.Join(run, HMPSocket)); err != nil {
 				t.Fatal(err)
 			}
 			for range 2 {
 				hmp(t, vm, "o /w 0xcf8 0x80000000")
 				if err := vm.RestoreFrontEnd(frontEndWrites); err != nil {
-					t.Fatalf("restore without the batch monitor: %v", err)
+					t.Fatalf("restore without the HMP monitor: %v", err)
 				}
 				checkFrontEnd(t, vm, 0x80000000)
 			}

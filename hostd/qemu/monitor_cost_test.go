@@ -1,11 +1,9 @@
 package qemu
 
 import (
-	"bufio"
-	"encoding/json"
-	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,22 +11,21 @@ import (
 
 // TestMonitorInputCost measures where a port access's time goes in QEMU's
 // monitors: the same read ("i /w 0xcf8", its answer checked) as QMP
-// commands one at a time on the main monitor, as a QMP batch on the batch
-// monitor, as QMP batches padded with blanks (QEMU reads monitor input
-// one byte per pass of its I/O loop: the cost follows the bytes), and as
-// lines on a readline HMP monitor, where a command is 11 bytes instead of
-// about 80. It logs the best of 10 runs of 20 accesses each way. It needs
-// the provisioned QEMU root (GMIG_CACHE).
+// human-monitor-commands one at a time on the main monitor (about 80
+// bytes each), as lines on the readline HMP monitor one round trip at a
+// time and as one batch (11 bytes each), and as a batch of lines padded
+// with 64 blanks (QEMU reads monitor input one byte per pass of its I/O
+// loop: the cost follows the bytes, not the round trips). It logs the
+// best of 10 runs of 20 accesses each way. It needs the provisioned QEMU
+// root (GMIG_CACHE).
 func TestMonitorInputCost(t *testing.T) {
 	root := needRoot(t)
 	run := filepath.Join(t.TempDir(), "run")
 	if err := os.Mkdir(run, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	hmpSock := filepath.Join(run, "hmp.sock")
 	out := &syncBuffer{}
-	vm, err := Start(t.Context(), Config{Spec: Spec{Accel: "tcg", MemoryMB: 64, Extra: []string{
-		"-chardev", "socket,id=hmp,path=" + hmpSock + ",server=on,wait=off", "-mon", "chardev=hmp,mode=readline"}},
+	vm, err := Start(t.Context(), Config{Spec: Spec{Accel: "tcg", MemoryMB: 64},
 		Root: root, RunDir: run, Serial: out, Incoming: true})
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
@@ -57,61 +54,25 @@ func TestMonitorInputCost(t *testing.T) {
 			check("main monitor", hmp(t, vm, line))
 		}
 	})
-	m, err := dialBatchMonitor(filepath.Join(run, BatchSocket), batchTimeout)
+	m, err := dialHMPMonitor(filepath.Join(run, HMPSocket), hmpTimeout)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer m.close()
-	batch := func(pad int) time.Duration {
+	batch := func(l string, per int) time.Duration {
 		return best(func() {
-			cmds := make([]batchCommand, n)
-			for i := range cmds {
-				cmds[i] = batchCommand{Execute: "human-monitor-command", Arguments: map[string]string{"command-line": line + strings.Repeat(" ", pad)}}
-			}
-			raw, err := m.run(cmds)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, r := range raw {
-				var answer string
-				if err := json.Unmarshal(r, &answer); err != nil {
+			for range n / per {
+				outs, err := m.run(slices.Repeat([]string{l}, per))
+				if err != nil {
 					t.Fatal(err)
 				}
-				check("batch monitor", answer)
+				for _, o := range outs {
+					check("HMP monitor", o)
+				}
 			}
 		})
 	}
-	batched, padded := batch(0), batch(100)
-
-	c, err := net.Dial("unix", hmpSock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	r := bufio.NewReader(c)
-	// untilPrompt reads one command's echo and answer, up to the prompt.
-	untilPrompt := func() string {
-		var b strings.Builder
-		for !strings.HasSuffix(b.String(), "(qemu) ") {
-			ch, err := r.ReadByte()
-			if err != nil {
-				t.Fatal(err)
-			}
-			b.WriteByte(ch)
-		}
-		return b.String()
-	}
-	untilPrompt() // the banner
-	readline := best(func() {
-		if _, err := c.Write([]byte(strings.Repeat(line+"\n", n))); err != nil {
-			t.Fatal(err)
-		}
-		for range n {
-			// The echo ends with its own line; the answer follows.
-			_, answer, _ := strings.Cut(strings.TrimSuffix(untilPrompt(), "(qemu) "), "\r\n")
-			check("HMP monitor", answer)
-		}
-	})
-	t.Logf("per port access, best of %d runs of %d: QMP main monitor %v, QMP batch %v, QMP batch +100 bytes %v, readline HMP batch %v",
-		runs, n, serial, batched, padded, readline)
+	oneByOne, batched, padded := batch(line, 1), batch(line, n), batch(line+strings.Repeat(" ", 64), n)
+	t.Logf("per port access, best of %d runs of %d: QMP main monitor %v, readline HMP one at a time %v, readline HMP batch %v, readline HMP batch +64 bytes %v",
+		runs, n, serial, oneByOne, batched, padded)
 }

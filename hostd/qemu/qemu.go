@@ -117,8 +117,9 @@ type Config struct {
 	Root Root
 	// VfioUser is the vGPU's vfio-user socket; empty means no vGPU.
 	VfioUser string
-	// RunDir holds the QMP sockets (RunDir/qmp.sock, and BatchSocket
-	// for the front end's restore, frontend_io.go); required.
+	// RunDir holds the monitors' sockets (RunDir/qmp.sock, and the
+	// readline HMP monitor's HMPSocket for the front end's restore,
+	// hmpmon.go); required.
 	RunDir string
 	// Serial receives the guest's serial console.
 	Serial io.Writer
@@ -219,10 +220,10 @@ func (c Config) Args() ([]string, error) {
 	args = append(args,
 		"-serial", "stdio",
 		"-qmp", "unix:"+filepath.Join(c.RunDir, "qmp.sock")+",server=on,wait=off",
-		// A second monitor, for commands sent without waiting for each
-		// reply (batchmon.go).
-		"-qmp", "unix:"+filepath.Join(c.RunDir, BatchSocket)+",server=on,wait=off",
 	)
+	// A second monitor, readline HMP, for the front end's port accesses
+	// (hmpmon.go).
+	args = append(args, hmpArgs(c.RunDir)...)
 	if c.VfioUser != "" {
 		dev, _ := json.Marshal(map[string]any{
 			"driver": "vfio-user-pci", "id": DeviceID,
@@ -548,7 +549,7 @@ func (vm *VM) closeQMP() {
 	if mon != nil {
 		_ = mon.Disconnect()
 	}
-	vm.closeBatch()
+	vm.closeHMP()
 }
 
 // CheckKVM reports whether /dev/kvm can be opened read-write.

@@ -22,7 +22,7 @@ func TestArgsSharedMemfdAndDevice(t *testing.T) {
 		"-S -incoming defer",
 		"-machine pc,memory-backend=mem",
 		"unix:/r/qmp.sock,server=on,wait=off",
-		"unix:/r/qmp-batch.sock,server=on,wait=off",
+		"-chardev socket,id=gmig-hmp,path=/r/hmp.sock,server=on,wait=off -mon chardev=gmig-hmp,mode=readline",
 		"-kernel /k",
 	} {
 		if !strings.Contains(line, want) {
@@ -183,7 +183,8 @@ func TestAdoptedSpecMonitors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if line := strings.Join(spec.Argv, " "); strings.Contains(line, "-qmp") || strings.Contains(line, "/a/") {
+	if line := strings.Join(spec.Argv, " "); strings.Contains(line, "-qmp") || strings.Contains(line, "-mon") ||
+		strings.Contains(line, hmpChardev) || strings.Contains(line, "/a/") {
 		t.Fatalf("the adopted command line keeps a monitor of the source host: %s", line)
 	}
 	dst, err := Config{Spec: spec, RunDir: "/b", VfioUser: "/b/gpu0.sock", Incoming: true}.Args()
@@ -191,7 +192,8 @@ func TestAdoptedSpecMonitors(t *testing.T) {
 		t.Fatal(err)
 	}
 	line := strings.Join(dst, " ")
-	for _, want := range []string{"-qmp unix:/b/qmp.sock,server=on,wait=off", "-qmp unix:/b/" + BatchSocket + ",server=on,wait=off"} {
+	for _, want := range []string{"-qmp unix:/b/qmp.sock,server=on,wait=off",
+		"-chardev socket,id=gmig-hmp,path=/b/" + HMPSocket + ",server=on,wait=off", "-mon chardev=gmig-hmp,mode=readline"} {
 		if strings.Count(line, want) != 1 {
 			t.Errorf("the destination's command line has %q %d times:\n%s", want, strings.Count(line, want), line)
 		}
