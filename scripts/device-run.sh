@@ -19,7 +19,7 @@
 #      workers' cost, run b twice, GPU_ISOLATION=shared and the default
 #      (process), and compare
 # c's VMs: VM_MEMS (local memory sizes), VM_LIMIT (each VM step's limit,
-# s; 240), VM_ITERS (cuda-streams' iterations; 100), VM_PROGRAM (another
+# s; 240), VM_ITERS (cuda-streams' iterations; 300), VM_PROGRAM (another
 # program), VM_LINES, VM_FLAGS.
 # -n (or DRY=1): what runs without a GPU: a is skipped, b and c run the
 # cuda back end on its software model (GMIG_CUDA_MODEL=1), c, d and e
@@ -219,19 +219,22 @@ part_c() {
 	local prog m n
 	echo "== c: QEMU/KVM: a CUDA program in a VM with a vGPU $VGPU_FLAGS, live-migrated between two gmigd on the one GPU, local memory $VM_MEMS"
 	for m in $VM_MEMS; do
-		# The guest's program: cuda-streams where the image has it, 4
-		# streams each rewriting 3 buffers of N floats every iteration
-		# (48 N bytes): N = SIZE/4800 dirties 1 % of the local memory
-		# between two pauses; 100 iterations 100 ms apart (and the
-		# guest's own work on 48 N bytes each) outlast the migration, so
-		# it lands mid-run; a ballast of 90 % of the local memory,
-		# allocated and filled before the first iteration, makes it a
-		# program holding that much. Else the probe.
-		n=$(($(bytes "$m") / 4800))
-		bal=$(($(bytes "$m") * 9 / 10 >> 20))
-		[ "$n" -gt 0 ] || n=256
+		# The guest's program: cuda-streams where the image has it, with
+		# a ballast of 90 % of the local memory (less the streams'
+		# buffers) allocated and filled
+		# first, 1 % of the local memory (CHURN, the ballast's first
+		# MiB) rewritten by the GPU every iteration (cuMemsetD32: no
+		# host work, so iterations are ~100 ms apart even under TCG and
+		# the pages change between the pre-copy's read of them and the
+		# pause), checked word by word at the end, and the four streams'
+		# own small buffers (N floats); VM_ITERS iterations 100 ms apart
+		# outlast the migration, so it lands mid-run. Else the probe.
+		n=65536
+		bal=$((($(bytes "$m") * 9 / 10 - 48 * n) >> 20)) # the streams' 12 buffers fit beside it
+		churn=$(($(bytes "$m") / 100 >> 20))
+		[ "$churn" -gt 0 ] || churn=1
 		if grep -qx /usr/bin/cuda-streams guest-programs.txt; then
-			prog=${VM_PROGRAM:-/usr/bin/cuda-streams,${VM_ITERS:-100},100,$n,$bal}
+			prog=${VM_PROGRAM:-/usr/bin/cuda-streams,${VM_ITERS:-300},100,$n,$bal,$churn}
 		else
 			prog=${VM_PROGRAM:-/usr/bin/cuda-probe,300,100}
 		fi

@@ -179,6 +179,10 @@ func TestProgramsOverSimulator(t *testing.T) {
 		{"matmul", []string{"64", "2"}, []string{`matmul: n 64`, `matmul: iter 1 digest [0-9a-f]{16}`}},
 		{"streams", []string{"3", "0", "4096"}, []string{`streams: iter 2 stream 3 digest [0-9a-f]{16}`,
 			`time: streams iter 2 stream 3 [0-9.]+ ms`, `streams: digest [0-9a-f]{16}`}},
+		// A ballast of 8 MiB, 4 of it rewritten every iteration and
+		// checked word by word at the end.
+		{"streams", []string{"3", "0", "4096", "8", "4"}, []string{`streams: ballast 8 MiB in 1 allocations`,
+			`streams: churn 4 MiB digest [0-9a-f]{16}`, `streams: digest [0-9a-f]{16}`}},
 		{"launchrate", []string{"1000", "1"}, []string{`time: launches/s [0-9]+`}},
 		{"copybw", []string{"4", "1"}, []string{`time: HtoD pageable [0-9.]+ GB/s`}},
 	} {

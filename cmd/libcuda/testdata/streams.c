@@ -4,7 +4,13 @@
 // land mid-run, N, floats per buffer (default 1<<18), and BALLAST, MiB of
 // device memory allocated and filled (cuMemsetD32, a pattern per GiB) before
 // the first iteration and kept to the end (default 0): a program holding
-// that much while it works, whose migration moves it all. Per iteration,
+// that much while it works, whose migration moves it all; and CHURN, MiB
+// of that ballast (from its start) rewritten every iteration, before the
+// streams' work, with cuMemsetD32 (a pattern per iteration) (default 0):
+// device memory changing at a steady rate with no host work, the dirty
+// set of a migration's stop phase; at the end the CPU checks every word
+// of it (the last iteration's pattern) and prints "streams: churn N MiB
+// digest H" (FNV-1a over its bytes as copied back). Per iteration,
 // for each stream s (in order): copy x_s, y_s and z_s to the device
 // (cuMemcpyHtoDAsync), record start_s, launch scaleAdd(x_s, y_s, a_s) three
 // times, record mid_s. Then for each stream s: wait for mid_(s+1 mod 4)
@@ -64,17 +70,20 @@ int main(int argc, char **argv) {
 	int pace = argc > 2 ? atoi(argv[2]) : 0;
 	int n = argc > 3 ? atoi(argv[3]) : 1 << 18;
 	long ballast = argc > 4 ? atol(argv[4]) : 0;
-	if (iters <= 0 || n <= 0 || ballast < 0) {
-		printf("streams: FAIL usage: streams [ITERS [PACE_MS [N [BALLAST_MIB]]]], ITERS and N > 0\n");
+	long churn = argc > 5 ? atol(argv[5]) : 0;
+	if (iters <= 0 || n <= 0 || ballast < 0 || churn < 0 || churn > ballast) {
+		printf("streams: FAIL usage: streams [ITERS [PACE_MS [N [BALLAST_MIB [CHURN_MIB]]]]], ITERS and N > 0, CHURN_MIB <= BALLAST_MIB\n");
 		return 2;
 	}
 	size_t bytes = (size_t)n * sizeof(float);
 	CUmodule mod = setup();
 	enum { MAXB = 1024 };
 	CUdeviceptr bal[MAXB];
+	size_t balmib[MAXB];
 	int nbal = 0;
 	for (long left = ballast; left > 0 && nbal < MAXB; nbal++) {
 		size_t mib = left < 1024 ? (size_t)left : 1024;
+		balmib[nbal] = mib;
 		CHECK(cuMemAlloc(&bal[nbal], mib << 20));
 		CHECK(cuMemsetD32(bal[nbal], 0x5a5a0000u + (unsigned)nbal, (mib << 20) / 4));
 		left -= (long)mib;
@@ -104,6 +113,12 @@ int main(int argc, char **argv) {
 	int failed = 0;
 	unsigned int grid = (n + 255) / 256;
 	for (int it = 0; it < iters; it++) {
+		long left = churn;
+		for (int i = 0; i < nbal && left > 0; i++) {
+			size_t mib = (size_t)left < balmib[i] ? (size_t)left : balmib[i];
+			CHECK(cuMemsetD32(bal[i], 0xc0de0000u + (unsigned)it, (mib << 20) / 4));
+			left -= (long)mib;
+		}
 		for (int s = 0; s < NS; s++) {
 			struct lane *p = &l[s];
 			uint32_t seed = 1000 + 16 * it + 4 * s;
@@ -176,6 +191,37 @@ int main(int argc, char **argv) {
 		CHECK(cuEventDestroy(l[s].mid));
 		CHECK(cuEventDestroy(l[s].done));
 		CHECK(cuStreamDestroy(l[s].s));
+	}
+	if (churn > 0) {
+		// The churned ballast as the GPU holds it: every word the last
+		// iteration's pattern.
+		enum { CHUNK = 16 << 20 };
+		uint32_t *buf = malloc(CHUNK), want = 0xc0de0000u + (unsigned)(iters - 1);
+		uint64_t h = fnv_init;
+		long left = churn, bad = 0;
+		if (!buf) {
+			printf("streams: FAIL out of host memory\n");
+			return 1;
+		}
+		for (int i = 0; i < nbal && left > 0; i++) {
+			size_t n = ((size_t)left < balmib[i] ? (size_t)left : balmib[i]) << 20;
+			for (size_t off = 0; off < n; off += CHUNK) {
+				size_t k = n - off < CHUNK ? n - off : CHUNK;
+				CHECK(cuMemcpyDtoH(buf, bal[i] + off, k));
+				for (size_t w = 0; w < k / 4; w++) {
+					if (buf[w] != want && bad++ == 0) {
+						printf("streams: FAIL churn allocation %d word %zu = %08x, want %08x\n", i, off / 4 + w, buf[w], want);
+					}
+				}
+				h = fnv(h, buf, k);
+			}
+			left -= (long)(n >> 20);
+		}
+		free(buf);
+		if (bad) {
+			failed = 1;
+		}
+		printf("streams: churn %ld MiB digest %016llx\n", churn, (unsigned long long)h);
 	}
 	for (int i = 0; i < nbal; i++)
 		CHECK(cuMemFree(bal[i]));
