@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/gmig-dev/gmig/dirty"
 	"github.com/gmig-dev/gmig/precopy/stream"
@@ -118,14 +119,21 @@ func (s *Source) prepareLocalStop() {
 // once every job of it was written or dropped. It returns once every
 // chunk was handed on, or at the first error (out's, a read's, ctx's).
 func (s *Source) readLocal(ctx context.Context, ls *localStop, out func(pageJob) error) error {
+	start := time.Now()
 	pages, err := ls.wait()
 	if err != nil {
 		return err
 	}
+	found := time.Since(start)
 	s.logLocalStop(len(pages))
 	if len(pages) == 0 {
 		return nil
 	}
+	var reading, waiting time.Duration // in the GPU's reads; for a free buffer
+	defer func() {
+		s.log.Info().Int("pages", len(pages)).Dur("found", found).Dur("reading", reading).Dur("buffer_wait", waiting).
+			Dur("total", time.Since(start)).Msg("device-local pages read at the stop")
+	}()
 	l := s.local
 	s.prepareLocalStop() // already made by the pre-copy, but for a Stop without one
 	free := make(chan []byte, len(s.localBufs))
@@ -142,14 +150,18 @@ func (s *Source) readLocal(ctx context.Context, ls *localStop, out func(pageJob)
 		}
 		chunk := pages[lo:min(len(pages), lo+localReadPages)]
 		var buf []byte
+		t := time.Now()
 		select {
 		case buf = <-free:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+		waiting += time.Since(t)
+		t = time.Now()
 		if err := l.withGPU(func(g localPages) error { return g.Read(chunk, buf) }); err != nil {
 			return fmt.Errorf("precopy: reading %d device-local pages from the GPU: %w", len(chunk), err)
 		}
+		reading += time.Since(t)
 		left := new(atomic.Int32)
 		left.Store(int32((len(chunk) + localJobPages - 1) / localJobPages))
 		done := func() {

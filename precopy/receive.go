@@ -72,10 +72,12 @@ func (d *dest) run(ctx context.Context) error {
 			err = writeVerdict(d.verdict, meta{OK: true, Report: &d.rep})
 		}
 		if err == nil {
+			t := time.Now()
 			d.local.release() // the stop phase's local pages, on the GPU now
 			d.log.Info().Uint64("pool_offset", d.v.Partition().Offset).Dur("restore", d.rep.Stop.Restore).
 				Dur("replay", d.rep.Stop.Replay).Int("stop_pages", d.rep.Stop.DirtyPages).
-				Int("local_pages_to_gpu", d.local.loadedPages()).
+				Int("local_pages_to_gpu", d.local.loadedPages()).Dur("local_load", d.rep.Stop.LocalLoad).
+				Dur("local_release", time.Since(t)).
 				Msg("migration received; vGPU quiesced until the VM runs")
 			return nil
 		}
@@ -344,6 +346,7 @@ func (d *dest) restore() error {
 	if err := d.local.loadNoted(); err != nil {
 		return err
 	}
+	d.rep.Stop.LocalLoad = time.Since(t)
 	if err := d.v.RestoreMigrated(m); err != nil {
 		return fmt.Errorf("precopy: restoring the device: %w", err)
 	}

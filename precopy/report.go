@@ -53,6 +53,10 @@ type StopReport struct {
 	Transfer time.Duration // dirty pages, device state, API log, End written
 	Restore  time.Duration // destination: device state decoded and restored
 	Replay   time.Duration // destination: API log and front-end writes replayed
+	// LocalLoad is the part of Restore that copied the stop phase's
+	// device-local pages (and the pre-copy's last ones) to the GPU
+	// (NVIDIA back end); 0 without.
+	LocalLoad time.Duration
 
 	DirtyPages int // pages sent at the stop
 	LocalPages int // of which device-local (LocalMethod found them)
