@@ -94,15 +94,40 @@ func (ls *localStop) wait() ([]int, error) {
 	return ls.pages, ls.err
 }
 
-// prepareLocalStop makes the stop phase's read buffers for device-local
-// pages (NVIDIA back end) and writes a byte of every page, so the
-// downtime takes no page fault on them. The pre-copy calls it.
+// readBuffers is a localPages that hands out buffers its Snapshot and
+// Read fill in place (a GPU worker's shared bulk buffer, where the
+// worker's copy from the GPU lands: no copy out of it in this process).
+type readBuffers interface {
+	ReadBuffers(n, size int) ([][]byte, error)
+}
+
+// prepareLocalStop makes the read buffers of device-local pages (NVIDIA
+// back end) for the pre-copy's snapshots and the stop phase's reads: the
+// reader's own (ReadBuffers) where it has them, else buffers of this
+// process with a byte of every page written, so the downtime takes no
+// page fault on them. The pre-copy calls it.
 func (s *Source) prepareLocalStop() {
 	l := s.local
 	if l == nil || l.marks != nil || s.localBufs != nil {
 		return
 	}
 	size := min(localReadPages, l.pages()) * dirty.PageSize
+	_ = l.withGPU(func(g localPages) error {
+		rb, ok := g.(readBuffers)
+		if !ok {
+			return nil
+		}
+		bufs, err := rb.ReadBuffers(localReadBuffers, size)
+		if err != nil {
+			s.log.Warn().Err(err).Msg("the GPU's reader has no read buffers for this migration; reading through buffers of gmigd's own")
+			return nil
+		}
+		s.localBufs = bufs
+		return nil
+	})
+	if s.localBufs != nil {
+		return
+	}
 	s.localBufs = make([][]byte, localReadBuffers)
 	for i := range s.localBufs {
 		b := make([]byte, size)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -113,17 +114,92 @@ func (c *Client) bulkCall(cn *conn, op Op, req *Msg, n int, fill, drain func(b [
 	return nil
 }
 
-// unmapBulk unmaps the client's bulk buffer, once the worker is lost (no
-// bulkCall then touches it).
+// unmapBulk lets the client's bulk buffer go, once the worker is lost or
+// stopped (no bulkCall then touches it). Where the local tracker has
+// handed out views of its region (ReadBuffers: a migration's read buffers,
+// which it may still read or write while it fails), the range is not
+// unmapped but replaced by fresh anonymous memory at the same address:
+// the views stay valid memory (zero pages, no resident cost until
+// written) and the memfd's pages go with the worker; otherwise it is
+// unmapped.
 func (c *Client) unmapBulk() {
 	c.eng.mu.Lock()
 	c.side.mu.Lock()
 	defer c.eng.mu.Unlock()
 	defer c.side.mu.Unlock()
-	if c.bulk != nil {
-		_ = syscall.Munmap(c.bulk)
-		c.bulk = nil
+	if c.bulk == nil {
+		return
 	}
+	if c.views {
+		_, err := unix.MmapPtr(-1, 0, unsafe.Pointer(unsafe.SliceData(c.bulk)), uintptr(len(c.bulk)),
+			unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED)
+		if err == nil {
+			c.bulk = nil
+			return
+		}
+		c.log.Warn().Err(err).Msg("gpuproc: replacing the bulk buffer's mapping; it stays mapped")
+		c.bulk = nil
+		return
+	}
+	_ = syscall.Munmap(c.bulk)
+	c.bulk = nil
+}
+
+// sideViews returns n views of size bytes each of the side connection's
+// bulk region, back to back, for the local tracker's Snapshot and Read to
+// copy into directly (viewSpan).
+func (c *Client) sideViews(n, size int) ([][]byte, error) {
+	r := regionOf(OpTrackerReadBulk)
+	if n <= 0 || size <= 0 || size%pageSize != 0 || uint64(n*size) > r.Len {
+		return nil, fmt.Errorf("gpuproc: %d read buffers of %d bytes in a %d-byte bulk region", n, size, r.Len)
+	}
+	c.side.mu.Lock()
+	defer c.side.mu.Unlock()
+	if l := c.lost.Load(); l != nil {
+		return nil, l
+	}
+	c.views = true
+	out := make([][]byte, n)
+	for i := range out {
+		off := r.Off + uint64(i*size)
+		out[i] = c.bulk[off : off+uint64(size) : off+uint64(size)]
+	}
+	return out, nil
+}
+
+// viewSpan is where p lies in op's connection's bulk region, when it lies
+// wholly there (one of sideViews' views, or a part of one): a call can
+// then have the worker copy into or out of p itself.
+func (c *Client) viewSpan(op Op, p []byte) (Span, bool) {
+	if len(p) == 0 || len(c.bulk) == 0 {
+		return Span{}, false
+	}
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(c.bulk)))
+	at := uintptr(unsafe.Pointer(unsafe.SliceData(p)))
+	r := regionOf(op)
+	if at < base+uintptr(r.Off) || at+uintptr(len(p)) > base+uintptr(r.Off+r.Len) {
+		return Span{}, false
+	}
+	return Span{Off: uint64(at - base), Len: uint64(len(p))}, true
+}
+
+// viewCall makes call op on cn with its bulk bytes at p, a view of cn's
+// region (viewSpan): the worker reads or writes p itself, no copy here.
+// It reports false, doing nothing, where p is not such a view.
+func (c *Client) viewCall(cn *conn, op Op, req *Msg, p []byte) (bool, error) {
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	if l := c.lost.Load(); l != nil {
+		return true, l
+	}
+	sp, ok := c.viewSpan(op, p)
+	if !ok {
+		return false, nil
+	}
+	req.Bulk = sp
+	c.bulkN.Add(1)
+	_, err := c.callLocked(cn, op, req)
+	return true, err
 }
 
 // bulkExtents is Write's and Read's bulk path: xs, holding n bytes, in

@@ -54,6 +54,9 @@ type Client struct {
 	eng  *conn
 	side *conn
 	bulk []byte // the bulk buffer (bulk.go), mapped; nil once unmapped
+	// views: the local tracker handed out views of the bulk buffer
+	// (sideViews), so unmapBulk replaces the mapping rather than unmap it.
+	views bool
 
 	info      cuda.DeviceInfo
 	base      atomic.Uint64 // DeviceAddrBase: set by open and PlaceLocal

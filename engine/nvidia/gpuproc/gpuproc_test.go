@@ -466,3 +466,68 @@ func TestBulkWriteOutOfBoundsStoresNothing(t *testing.T) {
 		t.Fatalf("the refused Write stored local byte %d (of %d)", i, n)
 	}
 }
+
+// TestTrackerReadBuffers: the local tracker's read buffers are views of
+// the bulk buffer's side region that Snapshot and Read fill in place —
+// the worker copies into the view it is given, not into the region's
+// start (another view, left as it was) for a copy out here — and they
+// stay valid memory after the worker is killed and the client closed.
+func TestTrackerReadBuffers(t *testing.T) {
+	w := startWorker(t, newPool(t), false, zerolog.Nop())
+	c := w.b.(*Client)
+	data := make([]byte, testLocal)
+	for i := range data {
+		data[i] = byte(i*7 + i/4096)
+	}
+	must(t, c.Write(w.xs(testWindow, testLocal), data))
+	tr, err := c.NewLocalTracker()
+	must(t, err)
+	rb, ok := tr.(interface {
+		ReadBuffers(n, size int) ([][]byte, error)
+	})
+	if !ok {
+		t.Fatal("the worker's tracker has no ReadBuffers")
+	}
+	if _, err := rb.ReadBuffers(4, BulkSize/4); err == nil {
+		t.Error("ReadBuffers beyond the side region succeeded")
+	}
+	if _, err := rb.ReadBuffers(2, 100); err == nil {
+		t.Error("ReadBuffers of a size that is no page multiple succeeded")
+	}
+	bufs, err := rb.ReadBuffers(4, testLocal)
+	must(t, err)
+	sentinel := bytes.Repeat([]byte{0xee}, testLocal)
+	copy(bufs[0], sentinel)
+	before := c.bulkN.Load()
+	must(t, tr.Snapshot(0, tr.Pages(), bufs[2]))
+	if !bytes.Equal(bufs[2], data) {
+		t.Fatal("the snapshot in a read buffer differs from local memory")
+	}
+	must(t, c.ModelWrite(c.DeviceAddrBase()+3*pageSize+11, []byte("scribble")))
+	changed, err := tr.Changed()
+	must(t, err)
+	if fmt.Sprint(changed) != "[3]" {
+		t.Fatalf("changed pages %v, want [3]", changed)
+	}
+	must(t, tr.Read(changed, bufs[3][:pageSize]))
+	want := append([]byte(nil), data[3*pageSize:4*pageSize]...)
+	copy(want[11:], "scribble")
+	if !bytes.Equal(bufs[3][:pageSize], want) {
+		t.Fatal("the page read into a read buffer differs from local memory")
+	}
+	if n := c.bulkN.Load() - before; n != 2 {
+		t.Errorf("%d bulk calls for a snapshot and a read into views, want 2", n)
+	}
+	if !bytes.Equal(bufs[0], sentinel) {
+		t.Fatal("a call into one read buffer wrote another (the region's start)")
+	}
+	must(t, syscall.Kill(c.Pid(), syscall.SIGKILL))
+	<-c.exited
+	if err := tr.Read(changed, bufs[3][:pageSize]); !errors.Is(err, ErrWorkerLost) {
+		t.Errorf("read on a killed worker: %v, want ErrWorkerLost", err)
+	}
+	must(t, c.Close())
+	for _, b := range bufs { // valid memory still: no fault
+		b[0], b[len(b)-1] = 1, 2
+	}
+}

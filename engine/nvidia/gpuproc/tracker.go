@@ -28,9 +28,22 @@ type tracker struct {
 
 func (t *tracker) Pages() int { return t.pages }
 
+// ReadBuffers returns n buffers of size bytes (a multiple of 4096) in the
+// bulk buffer's side region, which Snapshot and Read fill in place: the
+// worker's copy from the GPU lands in them, with no copy out of the bulk
+// buffer here (a migration's read buffers: 16 GiB of local memory at 1 %
+// dirty is 164 MiB it would otherwise copy in the downtime). They must be
+// used with this tracker alone, one call at a time, and stay valid memory
+// after the worker is gone (unmapBulk). n*size is at most half of
+// BulkSize.
+func (t *tracker) ReadBuffers(n, size int) ([][]byte, error) { return t.c.sideViews(n, size) }
+
 func (t *tracker) Snapshot(first, n int, buf []byte) error {
 	if first < 0 || n < 0 || first+n > t.pages || len(buf) < n*pageSize {
 		return fmt.Errorf("gpuproc: local snapshot of pages [%d, +%d) of %d into %d bytes", first, n, t.pages, len(buf))
+	}
+	if ok, err := t.c.viewCall(t.c.side, OpTrackerSnapshotBulk, &Msg{A: uint32(first), B: uint32(n)}, buf[:n*pageSize]); ok {
+		return err
 	}
 	if n*pageSize >= bulkMin {
 		per := bulkChunk / pageSize
@@ -73,6 +86,9 @@ func (t *tracker) Read(pages []int, buf []byte) error {
 		if p < 0 || p >= t.pages {
 			return fmt.Errorf("gpuproc: local page %d out of range [0, %d)", p, t.pages)
 		}
+	}
+	if ok, err := t.c.viewCall(t.c.side, OpTrackerReadBulk, &Msg{Words: pageWords(pages)}, buf[:len(pages)*pageSize]); ok {
+		return err
 	}
 	if len(pages)*pageSize >= bulkMin {
 		per := bulkChunk / pageSize
