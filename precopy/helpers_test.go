@@ -18,11 +18,21 @@ type received struct {
 	err error
 }
 
-// receive runs Receive into v on its own goroutine.
+// receive runs Receive into v on its own goroutine; a success is
+// delivered once the received local pages' host memory is given back
+// (Options.Released), so tests can count what stays resident.
 func receive(ctx context.Context, conn io.Reader, v *vgpu.VGPU, opts Options) <-chan received {
 	ch := make(chan received, 1)
+	var released chan struct{}
+	if opts.Released == nil {
+		released = make(chan struct{})
+		opts.Released = func() { close(released) }
+	}
 	go func() {
 		rep, err := Receive(ctx, conn, v, opts)
+		if err == nil && released != nil {
+			<-released // the local pages' host memory given back (in the background)
+		}
 		ch <- received{rep, err}
 	}()
 	return ch

@@ -87,6 +87,13 @@ type Options struct {
 	// migration as it arrives (the caller bounds the wait with ctx or a
 	// timeout of its own); nil: the stop phase on one stream only.
 	NextStream func(ctx context.Context) (io.Reader, error)
+	// Released, for Receive, is called once after a successful Receive
+	// has given the host memory of the received device-local pages back
+	// to the kernel (a CUDA vGPU's; with none, at once). That runs in
+	// the background after the verdict, so that the VM's resume does not
+	// wait for it (16 GiB of local memory at 1 %: 7–9 ms on the device
+	// machine), and may end after Receive returns.
+	Released func()
 	// GuestWrites, if set, is called once by NewSource (not for
 	// stop-and-copy) with the vGPU's aperture memfd for a log of the
 	// guest CPU's writes to it (internal/guestwrites.Open): the log, nil

@@ -44,7 +44,7 @@ import (
 // it also bounds that wait.
 func Receive(ctx context.Context, conn io.Reader, v *vgpu.VGPU, opts Options) (Report, error) {
 	v.Quiesce()
-	d := &dest{conn: conn, v: v, log: opts.Log, nextStream: opts.NextStream, maxStreams: opts.Streams}
+	d := &dest{conn: conn, v: v, log: opts.Log, nextStream: opts.NextStream, maxStreams: opts.Streams, released: opts.Released}
 	if d.maxStreams == 0 {
 		d.maxStreams = stream.MaxShards
 	}
@@ -72,13 +72,20 @@ func (d *dest) run(ctx context.Context) error {
 			err = writeVerdict(d.verdict, meta{OK: true, Report: &d.rep})
 		}
 		if err == nil {
-			t := time.Now()
-			d.local.release() // the stop phase's local pages, on the GPU now
 			d.log.Info().Uint64("pool_offset", d.v.Partition().Offset).Dur("restore", d.rep.Stop.Restore).
 				Dur("replay", d.rep.Stop.Replay).Int("stop_pages", d.rep.Stop.DirtyPages).
 				Int("local_pages_to_gpu", d.local.loadedPages()).Dur("local_load", d.rep.Stop.LocalLoad).
-				Dur("local_release", time.Since(t)).
 				Msg("migration received; vGPU quiesced until the VM runs")
+			// The stop phase's local pages are on the GPU now: their
+			// host memory goes back in the background, off the VM's
+			// way to its resume (vgpu.DiscardLocal refuses once the
+			// vGPU is closed, so a discarded destination is safe).
+			go func() {
+				d.local.release()
+				if d.released != nil {
+					d.released()
+				}
+			}()
 			return nil
 		}
 		return fmt.Errorf("precopy: %w", err)
@@ -101,11 +108,12 @@ var receiveWorkers = min(4, max(2, runtime.GOMAXPROCS(0)/2))
 
 // dest is one Receive's state.
 type dest struct {
-	local   *localSink // device-local pages bound for the GPU; nil without
-	conn    io.Reader
-	verdict io.Writer // nil: no verdict
-	v       *vgpu.VGPU
-	log     zerolog.Logger
+	local    *localSink // device-local pages bound for the GPU; nil without
+	released func()     // Options.Released
+	conn     io.Reader
+	verdict  io.Writer // nil: no verdict
+	v        *vgpu.VGPU
+	log      zerolog.Logger
 
 	nextStream func(context.Context) (io.Reader, error) // Options.NextStream
 	maxStreams int
