@@ -34,9 +34,10 @@ type localPages interface {
 	// Snapshot copies pages [first, first+n) into buf and records the
 	// hashes of exactly those bytes (while the VM runs).
 	Snapshot(first, n int, buf []byte) error
-	// Changed returns the pages whose content differs from what Snapshot
-	// recorded (every page never snapshotted), ascending (VM stopped).
-	Changed() ([]int, error)
+	// ChangedIn returns, ascending, the pages of [first, first+n) whose
+	// content differs from what Snapshot recorded, and those never
+	// snapshotted (VM stopped).
+	ChangedIn(first, n int) ([]int, error)
 	// Read copies the listed pages, in order, into buf.
 	Read(pages []int, buf []byte) error
 	Close() error

@@ -158,11 +158,11 @@ func (f *failingLocal) Snapshot(first, n int, buf []byte) error {
 	return f.localPages.Snapshot(first, n, buf)
 }
 
-func (f *failingLocal) Changed() ([]int, error) {
+func (f *failingLocal) ChangedIn(first, n int) ([]int, error) {
 	if f.failChanged {
 		return nil, errInjected
 	}
-	return f.localPages.Changed()
+	return f.localPages.ChangedIn(first, n)
 }
 
 func (f *failingLocal) Read(pages []int, buf []byte) error {
@@ -356,18 +356,22 @@ func TestSpreadFinishesDirectJobs(t *testing.T) {
 // TestGPULocalLiveChunks: the pre-copy snapshots device-local memory a
 // read buffer (localReadPages) at a time on a reader goroutine while the
 // chunk before is written (sendLocalLiveGPU): over local memory of five
-// buffers and a bit (the ring goes round), a one-shot migration arrives
-// whole; a snapshot failing on its third chunk fails the pre-copy with
+// buffers and a bit (the ring goes round), a one-shot migration on 3
+// streams, whose stop hashes local memory in ranges of 1000 pages
+// (ChangedIn) with changed pages in ten of them, arrives whole; a snapshot failing on its third chunk fails the pre-copy with
 // the cause wrapped, and no snapshot is taken after it (the reader
 // stopped; sendLocalLiveGPU returns only once it has).
 func TestGPULocalLiveChunks(t *testing.T) {
 	t.Run("whole", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
+		save := localHashPages
+		localHashPages = 1000 // the stop hashes in 11 ranges, the changed pages in 10 of them
+		t.Cleanup(func() { localHashPages = save })
 		src, dst := cudaLocalPairSized(t, ringLocal, "")
-		s, recv, _ := startOnStreams(ctx, t, src.V, dst.V, 1, Options{Strategy: OneShot, Workers: 2, SerialStop: true, Log: migtest.Log})
+		s, recv, _ := startOnStreams(ctx, t, src.V, dst.V, 3, Options{Strategy: OneShot, Workers: 2, SerialStop: true, Log: migtest.Log})
 		must(t, s.Precopy(ctx))
-		scribbleLocal(t, src.V, 7, 3, 50)
+		scribbleLocal(t, src.V, 7, 200, 50)
 		rep, err := s.Stop(ctx)
 		must(t, err)
 		r := <-recv

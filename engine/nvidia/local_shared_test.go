@@ -152,6 +152,22 @@ func checkLocalTracker(t *testing.T, g *GPU, newWin func(int) []byte) {
 	if exp := []int{0, 77, stagePages + 5, pages - 1}; !slices.Equal(ch, exp) {
 		t.Fatalf("Changed = %v, want %v", ch, exp)
 	}
+	// The same, range by range (ranges that cut nowhere near 64-page
+	// words too): the union is Changed's answer, in order.
+	var in []int
+	for _, r := range [][2]int{{0, 1}, {1, 76}, {77, 1000}, {1077, pages - 1077}} {
+		part, err := tr.ChangedIn(r[0], r[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		in = append(in, part...)
+	}
+	if !slices.Equal(in, ch) {
+		t.Fatalf("ChangedIn over the ranges = %v, want %v", in, ch)
+	}
+	if _, err := tr.ChangedIn(pages-1, 2); err == nil {
+		t.Error("ChangedIn past the last page succeeded")
+	}
 	got := make([]byte, len(ch)*pageBytes)
 	if err := tr.Read(ch, got); err != nil {
 		t.Fatal(err)
@@ -171,6 +187,9 @@ func checkLocalTracker(t *testing.T, g *GPU, newWin func(int) []byte) {
 	}
 	if ch, err := fresh.Changed(); err != nil || len(ch) != pages-10 || ch[0] != 10 {
 		t.Fatalf("Changed after a snapshot of 10 pages: %d pages from %v, %v; want the %d others", len(ch), ch[:min(1, len(ch))], err, pages-10)
+	}
+	if ch, err := fresh.ChangedIn(5, 10); err != nil || !slices.Equal(ch, []int{10, 11, 12, 13, 14}) {
+		t.Fatalf("ChangedIn(5, 10) after a snapshot of 10 pages: %v, %v; want the 5 never snapshotted", ch, err)
 	}
 }
 

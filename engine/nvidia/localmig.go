@@ -3,6 +3,7 @@ package nvidia
 import (
 	"fmt"
 	"math/bits"
+	"slices"
 
 	"github.com/gmig-dev/gmig/internal/cuda"
 	"github.com/gmig-dev/gmig/internal/parcopy"
@@ -156,6 +157,41 @@ func (t *LocalTracker) Changed() ([]int, error) {
 			out = append(out, i*64+bits.TrailingZeros64(w))
 		}
 	}
+	return out, nil
+}
+
+// ChangedIn is Changed over pages [first, first+n) alone: it hashes them
+// in place and returns, ascending, those whose hash differs from the one
+// Snapshot recorded and those never snapshotted. A stop phase calls it
+// range by range so that the first changed pages can be read and sent
+// while the GPU still hashes the rest.
+func (t *LocalTracker) ChangedIn(first, n int) ([]int, error) {
+	if first < 0 || n < 0 || first+n > t.pages {
+		return nil, fmt.Errorf("nvidia: local pages [%d, +%d) of %d", first, n, t.pages)
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	off := 8 * uint64(first)
+	if err := t.hash(t.b.DeviceAddrBase()+uint64(first)*pageBytes, uint64(n), uint64(t.now)+off); err != nil {
+		return nil, err
+	}
+	diff, err := t.list.run(t.b.g, t.b.dev, t.stream, t.sums+cuda.DevPtr(off), t.now+cuda.DevPtr(off), uint64(n))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int, 0, len(diff))
+	for _, p := range diff {
+		if q := first + int(p); t.unsent[q/64]&(1<<(q%64)) == 0 {
+			out = append(out, q) // an unsent page comes below, once
+		}
+	}
+	for q := first; q < first+n; q++ {
+		if t.unsent[q/64]&(1<<(q%64)) != 0 {
+			out = append(out, q)
+		}
+	}
+	slices.Sort(out)
 	return out, nil
 }
 

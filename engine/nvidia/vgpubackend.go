@@ -56,6 +56,9 @@ type LocalReader interface {
 	// one Snapshot recorded and every page never snapshotted (engine
 	// quiesced).
 	Changed() ([]int, error)
+	// ChangedIn is Changed over pages [first, first+n) alone (engine
+	// quiesced).
+	ChangedIn(first, n int) ([]int, error)
 	// Read copies the listed pages, in order, into buf.
 	Read(pages []int, buf []byte) error
 	Close() error

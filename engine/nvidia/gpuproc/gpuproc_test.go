@@ -399,6 +399,16 @@ func localTracker(t *testing.T) {
 	if fmt.Sprint(changed) != "[5 6 7 20 21 40 63]" {
 		t.Fatalf("changed pages %v, want [5 6 7 20 21 40 63]", changed)
 	}
+	lo, err := tr.ChangedIn(0, 21)
+	must(t, err)
+	hi, err := tr.ChangedIn(21, tr.Pages()-21)
+	must(t, err)
+	if fmt.Sprint(lo, hi) != "[5 6 7 20] [21 40 63]" {
+		t.Fatalf("ChangedIn halves %v %v, want [5 6 7 20] [21 40 63]", lo, hi)
+	}
+	if _, err := tr.ChangedIn(tr.Pages(), 1); err == nil {
+		t.Error("ChangedIn past the last page succeeded")
+	}
 	pages := make([]byte, len(changed)*pageSize)
 	must(t, tr.Read(changed, pages))
 	for i := range changed {

@@ -69,6 +69,7 @@ var handlers = [opCount]handler{
 	OpTrackerOpen:        (*server).trackerOpen,
 	OpTrackerSnapshot:    (*server).trackerSnapshot,
 	OpTrackerChanged:     (*server).trackerChanged,
+	OpTrackerChangedIn:   (*server).trackerChangedIn,
 	OpTrackerRead:        (*server).trackerRead,
 	OpTrackerClose:       (*server).trackerClose,
 	OpWriteBulk: func(s *server, m *Msg) (Msg, error) {
@@ -353,6 +354,18 @@ func (s *server) trackerChanged(*Msg) (Msg, error) {
 		return Msg{}, err
 	}
 	pages, err := s.tracker.Changed()
+	words := make([]uint64, len(pages))
+	for i, p := range pages {
+		words[i] = uint64(p)
+	}
+	return Msg{Words: words}, err
+}
+
+func (s *server) trackerChangedIn(m *Msg) (Msg, error) {
+	if err := s.trackerCheck(); err != nil {
+		return Msg{}, err
+	}
+	pages, err := s.tracker.ChangedIn(int(m.A), int(m.B))
 	words := make([]uint64, len(pages))
 	for i, p := range pages {
 		words[i] = uint64(p)

@@ -78,6 +78,21 @@ func (t *tracker) Changed() ([]int, error) {
 	return out, nil
 }
 
+func (t *tracker) ChangedIn(first, n int) ([]int, error) {
+	if first < 0 || n < 0 || first+n > t.pages {
+		return nil, fmt.Errorf("gpuproc: local pages [%d, +%d) of %d", first, n, t.pages)
+	}
+	rep, err := t.c.call(t.c.side, OpTrackerChangedIn, &Msg{A: uint32(first), B: uint32(n)})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int, len(rep.Words))
+	for i, w := range rep.Words {
+		out[i] = int(w)
+	}
+	return out, nil
+}
+
 func (t *tracker) Read(pages []int, buf []byte) error {
 	if len(buf) < len(pages)*pageSize {
 		return fmt.Errorf("gpuproc: %d local pages into %d bytes", len(pages), len(buf))

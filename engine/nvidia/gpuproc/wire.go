@@ -94,6 +94,7 @@ const (
 	OpLoadLocalBulk
 	OpTrackerSnapshotBulk
 	OpTrackerReadBulk
+	OpTrackerChangedIn // the local tracker's ChangedIn: A the first page, B the count
 	opCount
 )
 
@@ -187,6 +188,7 @@ var layouts = [opCount]layout{
 	OpLoadLocalBulk:       {"load-local-bulk", []field{fWords, fBulk}, nil, false},
 	OpTrackerSnapshotBulk: {"tracker-snapshot-bulk", []field{fA, fB, fBulk}, nil, true},
 	OpTrackerReadBulk:     {"tracker-read-bulk", []field{fWords, fBulk}, nil, true},
+	OpTrackerChangedIn:    {"tracker-changed-in", []field{fA, fB}, []field{fWords}, true},
 }
 
 // errorLayout is a KindError payload: A the sentinel bits (errBits), B a
