@@ -67,7 +67,8 @@ type localSink struct {
 	count   atomic.Int64 // bits set in arrived
 	loaded  int          // pages copied to the GPU, for the log
 	list    []int        // the last noted pages' list
-	lo, hi  int          // the span of pages loaded and not yet released; hi < lo: none
+	lo, hi  int          // the span of pages loaded and not yet released, if held
+	held    bool
 	loader  *stopLoader  // the stop phase's (local_load.go); nil before the stop Meta
 }
 
@@ -84,7 +85,7 @@ func newLocalSink(v *vgpu.VGPU, log zerolog.Logger) *localSink {
 		load = wrapLoader(load)
 	}
 	return &localSink{load: load, discard: v, log: log, first: uint32(len(v.Memory()) / dirty.PageSize), n: n,
-		mem: v.LocalMemory(), arrived: make([]atomic.Uint64, (n+63)/64), lo: 0, hi: -1}
+		mem: v.LocalMemory(), arrived: make([]atomic.Uint64, (n+63)/64)}
 }
 
 // claim notes device page p if it is local and accepts it (a stream
@@ -158,8 +159,8 @@ func (k *localSink) notedList() []int {
 // hold widens the span of loaded pages that release gives back to
 // [lo, hi].
 func (k *localSink) hold(lo, hi int) {
-	if k.hi < k.lo {
-		k.lo, k.hi = lo, hi
+	if !k.held {
+		k.lo, k.hi, k.held = lo, hi, true
 		return
 	}
 	k.lo, k.hi = min(k.lo, lo), max(k.hi, hi)
@@ -177,13 +178,13 @@ func (k *localSink) hold(lo, hi int) {
 // land after its old copy is gone. A failure leaves the pages held and is
 // only logged; the migration does not depend on it.
 func (k *localSink) release() {
-	if k == nil || k.discard == nil || k.hi < k.lo {
+	if k == nil || k.discard == nil || !k.held {
 		return
 	}
 	if err := k.discard.DiscardLocal(k.lo, k.hi-k.lo+1); err != nil {
 		k.log.Warn().Err(err).Int("first", k.lo).Int("pages", k.hi-k.lo+1).Msg("giving received device-local pages back to the kernel; their host memory stays held")
 	}
-	k.lo, k.hi = 0, -1
+	k.held = false
 }
 
 // loadedPages is how many local pages went to the GPU (0 without a sink).
