@@ -68,7 +68,7 @@ type localSink struct {
 	loaded  int          // pages copied to the GPU, for the log
 	list    []int        // the last noted pages' list
 	lo, hi  int          // the span of pages loaded and not yet released, if held
-	held    bool
+	held    bool         // lo, hi hold a span
 	loader  *stopLoader  // the stop phase's (local_load.go); nil before the stop Meta
 }
 
