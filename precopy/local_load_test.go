@@ -76,26 +76,35 @@ func loaderGoroutines() []string {
 // stop-and-copy: the destination's local memory equals the source's, its
 // host range holds no page, and loads were done before the restore
 // (StopReport.LocalPagesEarly). One-shot: the pre-copy sends every local
-// page and none is flushed (fewer than flushPages), so all are the
-// leftover, loaded first at the stop; 600 of them change before the stop
-// (300 at the start, the last 300) and arrive again: each is loaded twice,
-// and the GPU holds its stop bytes.
+// page; none is flushed (fewer than flushPages), so all are the leftover
+// loaded first at the stop, or (flushed) all but the last 2148 are
+// flushed in 4096-page loads and those are the leftover; 600 pages change
+// before the stop (300 at the start, the last 300, in the leftover) and
+// arrive again: each is loaded twice, every other page once, and the GPU
+// holds the stop bytes.
 func TestGPULocalLoadsDuringStop(t *testing.T) {
 	const n = int(ringLocal / stream.PageSize)
 	for _, c := range []struct {
 		name     string
 		strategy Strategy
 		streams  int
+		flush    int64 // flushPages; 0: the default
 	}{
-		{"oneshot/streams=1", OneShot, 1},
-		{"oneshot/streams=4", OneShot, 4},
-		{"stopcopy/streams=1", StopCopy, 1},
-		{"stopcopy/streams=4", StopCopy, 4},
+		{"oneshot/streams=1", OneShot, 1, 0},
+		{"oneshot/streams=4", OneShot, 4, 0},
+		{"oneshot/flushed/streams=4", OneShot, 4, 4096},
+		{"stopcopy/streams=1", StopCopy, 1, 0},
+		{"stopcopy/streams=4", StopCopy, 4, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			if int64(n) >= flushPages {
+			if c.flush > 0 {
+				save := flushPages
+				flushPages = c.flush
+				t.Cleanup(func() { flushPages = save })
+			}
+			if c.flush == 0 && int64(n) >= flushPages {
 				t.Fatalf("flushPages %d: the pre-copy would flush", flushPages)
 			}
 			ld := &countingLoader{}
@@ -118,33 +127,43 @@ func TestGPULocalLoadsDuringStop(t *testing.T) {
 				t.Fatal("the destination's local memory differs from the source's")
 			}
 			loads := ld.loads()
+			changed := map[int]bool{}
+			wantStop := n
+			if c.strategy == OneShot {
+				wantStop = 600
+				for i := range 300 {
+					changed[1+2*i], changed[n-300+i] = true, true
+				}
+			}
+			// The pre-copy's loads (its flushes, then the leftover, all
+			// of local memory) come before the stop phase's.
+			pre, i := 0, 0
+			for ; c.strategy == OneShot && i < len(loads) && pre < n; i++ {
+				pre += len(loads[i])
+			}
+			if c.strategy == OneShot {
+				leftover := loads[i-1]
+				if pre != n || i != 1+int(int64(n)/flushPages) || !slices.Contains(leftover, n-1) {
+					t.Fatalf("the pre-copy's %d pages loaded in %d loads, the last (the leftover, %d pages) without the last page; want %d in %d",
+						pre, i, len(leftover), n, 1+int(int64(n)/flushPages))
+				}
+			}
 			times := make([]int, n)
 			for _, l := range loads {
 				for _, p := range l {
 					times[p]++
 				}
 			}
-			stopLoads := loads
-			wantStop := n
-			if c.strategy == OneShot {
-				wantStop = 600
-				if len(loads) == 0 || len(loads[0]) != n {
-					t.Fatalf("%d loads, the first of %d pages; want the pre-copy's %d first", len(loads), len(loads[0]), n)
-				}
-				stopLoads = loads[1:]
-				for _, p := range []int{1, 599, n - 300, n - 1} {
-					if times[p] != 2 {
-						t.Errorf("changed page %d loaded %d times, want 2 (the pre-copy's copy, then the stop's)", p, times[p])
-					}
+			for p, k := range times {
+				if want := map[bool]int{false: 1, true: 2}[changed[p]]; k != want {
+					t.Fatalf("local page %d loaded %d times, want %d (changed before the stop: %v)", p, k, want, changed[p])
 				}
 			}
 			if rep.Stop.LocalPages != wantStop {
 				t.Errorf("%d local pages at the stop, want %d", rep.Stop.LocalPages, wantStop)
 			}
-			got := 0
-			for _, l := range stopLoads {
-				got += len(l)
-			}
+			stopLoads := loads[i:]
+			got := len(slices.Concat(stopLoads...))
 			if got != wantStop || len(stopLoads) < 2 {
 				t.Errorf("the stop phase loaded %d pages in %d loads, want %d in several", got, len(stopLoads), wantStop)
 			}
@@ -154,8 +173,8 @@ func TestGPULocalLoadsDuringStop(t *testing.T) {
 				}
 			}
 			st := r.rep.Stop
-			if st.LocalPagesEarly == 0 || st.LocalPagesEarly > len(slices.Concat(loads...)) {
-				t.Errorf("%d pages loaded before the restore (of %d loaded in all), want some", st.LocalPagesEarly, len(slices.Concat(loads...)))
+			if all := len(slices.Concat(loads...)); st.LocalPagesEarly == 0 || st.LocalPagesEarly > all {
+				t.Errorf("%d pages loaded before the restore (of %d loaded in all), want some", st.LocalPagesEarly, all)
 			}
 			t.Logf("%d loads; before the restore %d pages in %v; in the restore %v", len(loads), st.LocalPagesEarly, st.LocalLoadEarly, st.LocalLoad)
 		})
