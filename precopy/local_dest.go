@@ -15,11 +15,14 @@ import (
 // (local.go): local pages arrive, as every page does, into the vGPU's
 // device memory on the host (vgpu.DeviceMemory: the pool's local range is
 // the receive buffer there), but the vGPU's local memory lives on the GPU.
-// A localSink notes which local pages arrived (the stream readers' claim
-// hook) and copies them to the GPU: during the pre-copy whenever
-// flushPages have gathered (the VM still runs at the source), and what is
-// left — the stop phase's pages — before the vGPU is restored, so the
-// downtime carries only those. Once on the GPU their host pages go back to
+// During the pre-copy a localSink notes which local pages arrived (the
+// stream reader's claim hook) and copies them to the GPU whenever
+// flushPages have gathered (the VM still runs at the source). At the stop
+// Meta the rest goes on a loader (local_load.go): the pre-copy's last
+// noted pages first, then each stop-phase page once a stream's reader has
+// stored it, in chunks, while later pages still arrive; restore waits for
+// the loader to load what is left, so the downtime carries only the tail
+// of the stop phase's pages. Once on the GPU their host pages go back to
 // the kernel (vgpu.DiscardLocal; the stop phase's after the verdict, out
 // of the downtime): the buffer holds about a flush's worth of pages during
 // the pre-copy and the stop phase's pages at the stop, never the whole
@@ -40,6 +43,10 @@ type localLoader interface {
 	LoadLocal(pages []int, mem []byte) error
 }
 
+// wrapLoader, when set, wraps each Receive's localLoader: tests count
+// loads and inject failures through it.
+var wrapLoader func(localLoader) localLoader
+
 // localDiscarder gives host pages of the receive buffer back to the
 // kernel (vgpu.VGPU.DiscardLocal): local pages [first, first+n) read as
 // zeros afterwards and hold no memory.
@@ -59,7 +66,10 @@ type localSink struct {
 	arrived []atomic.Uint64
 	count   atomic.Int64 // bits set in arrived
 	loaded  int          // pages copied to the GPU, for the log
-	list    []int        // the last load's pages, ascending, until released
+	list    []int        // the last noted pages' list
+	lo, hi  int          // the span of pages loaded and not yet released, if held
+	held    bool         // lo, hi hold a span
+	loader  *stopLoader  // the stop phase's (local_load.go); nil before the stop Meta
 }
 
 // newLocalSink returns the sink of v, or nil when its local memory needs
@@ -70,7 +80,11 @@ func newLocalSink(v *vgpu.VGPU, log zerolog.Logger) *localSink {
 		return nil
 	}
 	n := uint32(g.LocalSize() / dirty.PageSize)
-	return &localSink{load: g, discard: v, log: log, first: uint32(len(v.Memory()) / dirty.PageSize), n: n,
+	var load localLoader = g
+	if wrapLoader != nil {
+		load = wrapLoader(load)
+	}
+	return &localSink{load: load, discard: v, log: log, first: uint32(len(v.Memory()) / dirty.PageSize), n: n,
 		mem: v.LocalMemory(), arrived: make([]atomic.Uint64, (n+63)/64)}
 }
 
@@ -107,7 +121,7 @@ func (k *localSink) flush() error {
 }
 
 // loadNoted copies every noted page from the receive buffer to the GPU, in
-// one call for the back end to batch, and forgets them; their list stays
+// one call for the back end to batch, and forgets them; they stay held
 // for release. The pages must be stored (the readers waited for) and no
 // reader may store meanwhile.
 func (k *localSink) loadNoted() error {
@@ -126,28 +140,51 @@ func (k *localSink) loadNoted() error {
 		return fmt.Errorf("precopy: copying %d received device-local pages to the GPU: %w", len(k.list), err)
 	}
 	k.loaded += len(k.list)
+	k.hold(k.list[0], k.list[len(k.list)-1])
 	return nil
 }
 
-// release gives the host pages of the last load back to the kernel, in one
-// call over the span from its first page to its last: every page between
-// that it did not load is on the GPU and given back already, or never
-// arrived, so the span frees exactly what a call per run of pages would,
-// while walking the gaps costs next to nothing (this machine, Linux 6.18:
-// MADV_DONTNEED over 16 GiB of empty page tables 71 µs, against 1.9 µs
-// for each call). Freeing what was loaded costs about 4 ms per 64 MiB
-// (the same machine). No reader may store until it returns: a page sent
-// again must land after its old copy is gone. A failure leaves the pages
-// held and is only logged; the migration does not depend on it.
-func (k *localSink) release() {
-	if k == nil || k.discard == nil || len(k.list) == 0 {
+// notedList returns the noted pages, ascending, and leaves them noted
+// (the stop phase's loader loads them first; stopClaim reads the bits).
+func (k *localSink) notedList() []int {
+	var list []int
+	for w := range k.arrived {
+		for word := k.arrived[w].Load(); word != 0; word &= word - 1 {
+			list = append(list, w*64+bits.TrailingZeros64(word))
+		}
+	}
+	return list
+}
+
+// hold widens the span of loaded pages that release gives back to
+// [lo, hi].
+func (k *localSink) hold(lo, hi int) {
+	if !k.held {
+		k.lo, k.hi, k.held = lo, hi, true
 		return
 	}
-	lo, hi := k.list[0], k.list[len(k.list)-1]
-	if err := k.discard.DiscardLocal(lo, hi-lo+1); err != nil {
-		k.log.Warn().Err(err).Int("pages", len(k.list)).Msg("giving received device-local pages back to the kernel; their host memory stays held")
+	k.lo, k.hi = min(k.lo, lo), max(k.hi, hi)
+}
+
+// release gives the host pages loaded since the last release back to the
+// kernel, in one call over the span from the first page loaded to the
+// last: every page between that was not loaded since is on the GPU and
+// given back already, or never arrived, so the span frees exactly what a
+// call per run of pages would, while walking the gaps costs next to
+// nothing (this machine, Linux 6.18: MADV_DONTNEED over 16 GiB of empty
+// page tables 71 µs, against 1.9 µs for each call). Freeing what was
+// loaded costs about 4 ms per 64 MiB (the same machine). No reader may
+// store until it returns, nor the loader load: a page sent again must
+// land after its old copy is gone. A failure leaves the pages held and is
+// only logged; the migration does not depend on it.
+func (k *localSink) release() {
+	if k == nil || k.discard == nil || !k.held {
+		return
 	}
-	k.list = k.list[:0]
+	if err := k.discard.DiscardLocal(k.lo, k.hi-k.lo+1); err != nil {
+		k.log.Warn().Err(err).Int("first", k.lo).Int("pages", k.hi-k.lo+1).Msg("giving received device-local pages back to the kernel; their host memory stays held")
+	}
+	k.held = false
 }
 
 // loadedPages is how many local pages went to the GPU (0 without a sink).

@@ -75,6 +75,7 @@ func (d *dest) run(ctx context.Context) error {
 			d.log.Info().Uint64("pool_offset", d.v.Partition().Offset).Dur("restore", d.rep.Stop.Restore).
 				Dur("replay", d.rep.Stop.Replay).Int("stop_pages", d.rep.Stop.DirtyPages).
 				Int("local_pages_to_gpu", d.local.loadedPages()).Dur("local_load", d.rep.Stop.LocalLoad).
+				Dur("local_load_early", d.rep.Stop.LocalLoadEarly).Int("local_pages_early", d.rep.Stop.LocalPagesEarly).
 				Msg("migration received; vGPU quiesced until the VM runs")
 			// The stop phase's local pages are on the GPU now: their
 			// host memory goes back in the background, off the VM's
@@ -148,6 +149,12 @@ func (d *dest) receive(ctx context.Context) (err error) {
 		if serr := d.shards.failed(); serr != nil && outer.Err() == nil {
 			err = serr
 		}
+		// No reader stores any more: the loader may end (on success
+		// restore waited for it already).
+		d.local.stopLoader()
+		if lerr := d.local.loadFailed(); lerr != nil && outer.Err() == nil {
+			err = lerr // why the streams were cut
+		}
 	}()
 	r, err := stream.NewReader(d.conn, stream.Limits{MaxBlob: maxStateBlob})
 	if err != nil {
@@ -188,6 +195,9 @@ func (d *dest) receive(ctx context.Context) (err error) {
 		}
 		if m := d.stopMeta; m != nil {
 			d.stopMeta = nil
+			if err := d.startLocalLoads(r); err != nil {
+				return err
+			}
 			if err := d.startShards(ctx, r, *m); err != nil {
 				return err
 			}
@@ -220,6 +230,23 @@ func (d *dest) receive(ctx context.Context) (err error) {
 	}
 	d.merge()
 	d.rep.Stop.Total = time.Since(d.stopAt)
+	return nil
+}
+
+// startLocalLoads starts loading the stop phase's device-local pages to
+// the GPU as they are stored (local_load.go), the pre-copy's leftover
+// first: r, the main stream's reader, is waited for, so that it is
+// stored.
+func (d *dest) startLocalLoads(r *stream.Reader) error {
+	if d.local == nil {
+		return nil
+	}
+	if err := r.Wait(); err != nil {
+		return fmt.Errorf("precopy: %w", err)
+	}
+	d.local.startLoader(d.cancel)
+	r.SetClaim(d.local.stopClaim(nil))
+	r.SetStored(d.local.stored)
 	return nil
 }
 
@@ -349,12 +376,14 @@ func (d *dest) restore() error {
 	replay := time.Since(t)
 
 	t = time.Now()
-	// The stop phase's local pages, to the GPU; their host pages are
-	// released after the verdict (run), outside the downtime.
-	if err := d.local.loadNoted(); err != nil {
+	// The stop phase's local pages, to the GPU: what the loader has not
+	// loaded yet; their host pages are released after the verdict (run),
+	// outside the downtime.
+	early, earlyPages, err := d.local.finishLoads()
+	if err != nil {
 		return err
 	}
-	d.rep.Stop.LocalLoad = time.Since(t)
+	d.rep.Stop.LocalLoad, d.rep.Stop.LocalLoadEarly, d.rep.Stop.LocalPagesEarly = time.Since(t), early, earlyPages
 	if err := d.v.RestoreMigrated(m); err != nil {
 		return fmt.Errorf("precopy: restoring the device: %w", err)
 	}

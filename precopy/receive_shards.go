@@ -131,6 +131,9 @@ func (d *dest) readShard(ctx context.Context, m meta, mem []byte) error {
 		return fmt.Errorf("precopy: extra stream %d arrived twice", sh.Index)
 	}
 	r.SetClaim(d.claim(in))
+	if d.local != nil {
+		r.SetStored(d.local.stored) // its local pages go on to the GPU as they are stored
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -151,12 +154,13 @@ func (d *dest) readShard(ctx context.Context, m meta, mem []byte) error {
 	}
 }
 
-// claim is in's shared claim, with the local sink's noting (if any).
+// claim is in's shared claim, with the local sink's stop-phase claim (if
+// any).
 func (d *dest) claim(in *shardsIn) func(uint32) bool {
 	if d.local == nil {
 		return in.claim
 	}
-	return d.local.claim(in.claim)
+	return d.local.stopClaim(in.claim)
 }
 
 // waitShards waits until every extra stream has ended (or failed) and

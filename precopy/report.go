@@ -54,9 +54,14 @@ type StopReport struct {
 	Restore  time.Duration // destination: device state decoded and restored
 	Replay   time.Duration // destination: API log and front-end writes replayed
 	// LocalLoad is the part of Restore that copied the stop phase's
-	// device-local pages (and the pre-copy's last ones) to the GPU
-	// (NVIDIA back end); 0 without.
-	LocalLoad time.Duration
+	// device-local pages (and the pre-copy's last ones) to the GPU, or
+	// waited for their loader to finish (NVIDIA back end); 0 without.
+	// LocalLoadEarly is the time the loader spent loading them before
+	// (while the stop phase's streams arrived: outside the restore term),
+	// LocalPagesEarly how many pages it loaded then.
+	LocalLoad       time.Duration
+	LocalLoadEarly  time.Duration
+	LocalPagesEarly int
 
 	DirtyPages int // pages sent at the stop
 	LocalPages int // of which device-local (LocalMethod found them)

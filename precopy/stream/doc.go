@@ -32,7 +32,9 @@
 // be there. With SetWorkers, a Reader
 // checks and stores pages on other goroutines while it reads on (batch
 // after batch, in stream order), and reports a bad batch at a later Next,
-// End's at the latest.
+// End's at the latest. SetStored tells the caller which pages each batch
+// stored once they are in place and verified, on either path, so that it
+// can use them before the stream ends.
 //
 // Neither Writer nor Reader is safe for concurrent use; each belongs to the
 // goroutine that moves one vGPU.

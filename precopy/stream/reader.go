@@ -75,6 +75,8 @@ type Reader struct {
 	scratch  [RecordHeaderSize]byte // frame headers, CRCs, record headers, Shard payloads
 	par      *parallel              // SetWorkers: the parallel PageBatch path
 	claim    func(page uint32) bool // SetClaim
+	stored   func(idx []uint32)     // SetStored
+	storedIx []uint32               // the direct path's list for stored
 
 	raw      io.Reader     // what br reads: pages are read from it directly (readInto)
 	headBuf  []byte        // a PageBatch's record headers
@@ -233,6 +235,11 @@ func (r *Reader) next(mem []byte) (Section, error) {
 	}
 	r.stats.Bytes += uint64(FrameHeaderSize) + uint64(n) + FrameTrailerSize
 	switch t {
+	case PageBatch:
+		if r.stored != nil { // its pages are checked and in place, its CRC too
+			r.storedIx = storedIndices(r.storedIx[:0], r.recs)
+			r.stored(r.storedIx)
+		}
 	case DeviceState:
 		r.sawState = true
 	case End:

@@ -132,7 +132,7 @@ func (r *Reader) readBatchParallel(mem []byte, fh []byte, n uint32) (pages, zero
 		return 0, 0, err
 	}
 	recs = slices.Clone(recs) // r.recs is the next batch's
-	at, prev, done := r.at(), p.prev, make(chan struct{})
+	at, prev, done, stored := r.at(), p.prev, make(chan struct{}), r.stored
 	p.prev = done
 	p.sem <- struct{}{}
 	go func() {
@@ -160,6 +160,9 @@ func (r *Reader) readBatchParallel(mem []byte, fh []byte, n uint32) (pages, zero
 			} else {
 				copy(page, buf[rc.data:rc.data+PageSize])
 			}
+		}
+		if stored != nil { // before done: the next batch's report comes after
+			stored(storedIndices(nil, recs))
 		}
 	}()
 	return len(recs), zeros, nil

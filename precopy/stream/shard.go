@@ -100,3 +100,27 @@ func (r *Reader) readShard(n uint32, crc uint32) (Shard, uint32, error) {
 // phase's streams share one claim so that a page arrives on one stream
 // only (precopy). It may be called between calls to Next; nil stops it.
 func (r *Reader) SetClaim(claim func(page uint32) bool) { r.claim = claim }
+
+// SetStored makes the Reader call stored once for each PageBatch whose
+// pages are all stored in mem and checked against their hashes (and, on
+// the direct path, whose CRC is checked), with the batch's page indices
+// in record order (a page sent twice in the batch is listed twice; zero
+// pages are among them). A batch that fails is never reported, nor is any
+// after it. Without SetWorkers stored is called from Next, before it
+// returns the batch; with SetWorkers from the goroutine that stored the
+// batch, possibly after Next returned it and at the latest before Wait
+// (or End's Next) returns. Either way one Reader's calls come one at a
+// time, in stream order, each after its batch's pages are in mem (what
+// stored reads there is what the batch carried, unless a later batch
+// rewrote the page). idx is valid during the call only. It applies to
+// batches read after it is set; call it between calls to Next (nil: no
+// reports, the default).
+func (r *Reader) SetStored(stored func(idx []uint32)) { r.stored = stored }
+
+// storedIndices appends recs' page indices to idx.
+func storedIndices(idx []uint32, recs []batchRecord) []uint32 {
+	for _, rc := range recs {
+		idx = append(idx, rc.idx)
+	}
+	return idx
+}
