@@ -54,13 +54,7 @@ func (d *Driver) FenceSlotValue() (uint64, error) {
 // a *DeviceError — without reading FENCE_DONE again, so a wait that found
 // its fence in memory costs one register read.
 func (d *Driver) WaitRetired(value uint64) error {
-	if d.err != nil {
-		return d.err
-	}
-	if value > d.fence {
-		return fmt.Errorf("guest: waiting for fence %d, only %d issued", value, d.fence)
-	}
-	if err := d.Flush(); err != nil {
+	if err := d.waitable(value); err != nil {
 		return err
 	}
 	return d.CheckErrors()

@@ -119,14 +119,20 @@ func (d *Driver) Wait(ctx context.Context, value uint64) error {
 // Sync issues a fence and waits for it.
 func (d *Driver) Sync(ctx context.Context) error { return d.Wait(ctx, d.Fence(0)) }
 
-func (d *Driver) wait(ctx context.Context, value uint64, irq bool) error {
+// waitable checks that value can be waited for (no sticky submission
+// error, a fence issued) and rings the doorbell for what is unrung.
+func (d *Driver) waitable(value uint64) error {
 	if d.err != nil {
 		return d.err
 	}
 	if value > d.fence {
 		return fmt.Errorf("guest: waiting for fence %d, only %d issued", value, d.fence)
 	}
-	if err := d.Flush(); err != nil {
+	return d.Flush()
+}
+
+func (d *Driver) wait(ctx context.Context, value uint64, irq bool) error {
+	if err := d.waitable(value); err != nil {
 		return err
 	}
 	werr := d.waitFence(ctx, value, irq)

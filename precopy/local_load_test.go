@@ -3,7 +3,6 @@ package precopy
 import (
 	"context"
 	"errors"
-	"io"
 	"runtime"
 	"slices"
 	"strings"
@@ -203,24 +202,8 @@ func TestGPULocalLoadFails(t *testing.T) {
 			ld := &countingLoader{failAt: c.failAt}
 			withLoader(t, ld, 256)
 			src, dst := cudaLocalPairSized(t, ringLocal, "")
-			a, b := migtest.TCPPair(t)
-			extra, next := streamPairs(t, c.streams)
-			recv := receive(ctx, b, dst.V, Options{NextStream: next, Log: migtest.Log})
-			s, err := NewSource(src.V, a, Options{Strategy: StopCopy, Workers: 2, Log: migtest.Log})
-			must(t, err)
+			s, a, recv := startCuttable(ctx, t, src.V, dst.V, c.streams, c.kill, Options{Strategy: StopCopy, Workers: 2, Log: migtest.Log})
 			defer s.Close()
-			conns := make([]io.ReadWriter, len(extra))
-			for i, e := range extra {
-				conns[i] = e
-			}
-			if c.kill {
-				conns[0] = &faultConn{Conn: extra[0], fault: func(_ int64, _ []byte, _ []span, f *follower) ([]byte, bool) {
-					return nil, f.sections[stream.PageBatch] >= 2
-				}}
-			}
-			if len(conns) > 0 {
-				must(t, s.AddStreams(conns...))
-			}
 			must(t, s.Precopy(ctx))
 			if _, err := s.Stop(ctx); err == nil {
 				t.Error("the source's Stop succeeded")

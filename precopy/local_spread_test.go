@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"os"
 	"runtime"
 	"strings"
@@ -136,6 +137,32 @@ func TestGPULocalSpread(t *testing.T) {
 	}
 }
 
+// startCuttable starts a migration of src into dst on k streams (a
+// Source with opts, the destination's Receive): with kill, extra stream 1
+// is cut after its second page batch. It returns the source, its main
+// connection and the destination's result.
+func startCuttable(ctx context.Context, t *testing.T, src, dst *vgpu.VGPU, k int, kill bool, opts Options) (*Source, net.Conn, <-chan received) {
+	t.Helper()
+	a, b := migtest.TCPPair(t)
+	extra, next := streamPairs(t, k)
+	recv := receive(ctx, b, dst, Options{NextStream: next, Log: migtest.Log})
+	s, err := NewSource(src, a, opts)
+	must(t, err)
+	conns := make([]io.ReadWriter, len(extra))
+	for i, e := range extra {
+		conns[i] = e
+	}
+	if kill {
+		conns[0] = &faultConn{Conn: extra[0], fault: func(_ int64, _ []byte, _ []span, f *follower) ([]byte, bool) {
+			return nil, f.sections[stream.PageBatch] >= 2
+		}}
+	}
+	if len(conns) > 0 {
+		must(t, s.AddStreams(conns...))
+	}
+	return s, a, recv
+}
+
 // errInjected is a failure the tests inject into the GPU's local reader.
 var errInjected = errors.New("test: injected device-local failure")
 
@@ -217,24 +244,8 @@ func TestGPULocalSpreadFails(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			src, dst := cudaLocalPairSized(t, c.local, "")
-			a, b := migtest.TCPPair(t)
-			extra, next := streamPairs(t, c.streams)
-			recv := receive(ctx, b, dst.V, Options{NextStream: next, Log: migtest.Log})
-			s, err := NewSource(src.V, a, Options{Strategy: c.strategy, Workers: 2, SerialStop: true, Log: migtest.Log})
-			must(t, err)
+			s, a, recv := startCuttable(ctx, t, src.V, dst.V, c.streams, c.kill, Options{Strategy: c.strategy, Workers: 2, SerialStop: true, Log: migtest.Log})
 			defer s.Close()
-			conns := make([]io.ReadWriter, len(extra))
-			for i, e := range extra {
-				conns[i] = e
-			}
-			if c.kill {
-				conns[0] = &faultConn{Conn: extra[0], fault: func(_ int64, _ []byte, spans []span, f *follower) ([]byte, bool) {
-					return nil, f.sections[stream.PageBatch] >= 2
-				}}
-			}
-			if len(conns) > 0 {
-				must(t, s.AddStreams(conns...))
-			}
 			must(t, s.Precopy(ctx))
 			scribbleLocal(t, src.V, 0, 1, 10)
 			if c.inject != nil {

@@ -71,11 +71,16 @@ func (t *tracker) Changed() ([]int, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]int, len(rep.Words))
-	for i, w := range rep.Words {
+	return wordPages(rep.Words), nil
+}
+
+// wordPages is a page list as the wire has it (pageWords), back.
+func wordPages(words []uint64) []int {
+	out := make([]int, len(words))
+	for i, w := range words {
 		out[i] = int(w)
 	}
-	return out, nil
+	return out
 }
 
 func (t *tracker) ChangedIn(first, n int) ([]int, error) {
@@ -86,11 +91,7 @@ func (t *tracker) ChangedIn(first, n int) ([]int, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]int, len(rep.Words))
-	for i, w := range rep.Words {
-		out[i] = int(w)
-	}
-	return out, nil
+	return wordPages(rep.Words), nil
 }
 
 func (t *tracker) Read(pages []int, buf []byte) error {
