@@ -163,8 +163,11 @@ func TestGPULocalLoadsDuringStop(t *testing.T) {
 			}
 			stopLoads := loads[i:]
 			got := len(slices.Concat(stopLoads...))
-			if got != wantStop || len(stopLoads) < 2 {
-				t.Errorf("the stop phase loaded %d pages in %d loads, want %d in several", got, len(stopLoads), wantStop)
+			// How many loads the stop phase's pages take depends on
+			// how they arrive against the loader (all may queue while
+			// it loads the leftover): only the count is fixed.
+			if got != wantStop || len(stopLoads) == 0 {
+				t.Errorf("the stop phase loaded %d pages in %d loads, want %d", got, len(stopLoads), wantStop)
 			}
 			for i, l := range stopLoads[:max(len(stopLoads)-1, 0)] {
 				if len(l) < 256 {
@@ -172,7 +175,13 @@ func TestGPULocalLoadsDuringStop(t *testing.T) {
 				}
 			}
 			st := r.rep.Stop
-			if all := len(slices.Concat(loads...)); st.LocalPagesEarly == 0 || st.LocalPagesEarly > all {
+			// One-shot: the leftover is loaded at the stop Meta, before
+			// any stop-phase page can be stored, so some loads always
+			// come before the restore. Stop-and-copy has no leftover:
+			// whether the loader ran before the last stream ended
+			// depends on the scheduler, so there only the bound holds.
+			all := len(slices.Concat(loads...))
+			if st.LocalPagesEarly > all || (c.strategy == OneShot && st.LocalPagesEarly == 0) {
 				t.Errorf("%d pages loaded before the restore (of %d loaded in all), want some", st.LocalPagesEarly, all)
 			}
 			t.Logf("%d loads; before the restore %d pages in %v; in the restore %v", len(loads), st.LocalPagesEarly, st.LocalLoadEarly, st.LocalLoad)
