@@ -10,10 +10,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gmig-dev/gmig/engine/nvidia"
-	"github.com/gmig-dev/gmig/guest"
 	"github.com/gmig-dev/gmig/hostd"
 	"github.com/gmig-dev/gmig/hostd/qemu"
-	"github.com/gmig-dev/gmig/internal/sim"
 	"github.com/gmig-dev/gmig/vgpu"
 )
 
@@ -147,16 +145,5 @@ func testHostileKernel(t *testing.T, e env, iso string) {
 	}
 
 	// gmigd still serves: a new CUDA vGPU runs a checked workload.
-	info, err = h.Create(cudaVGPU("fresh", 4<<20))
-	if err != nil {
-		t.Fatal(err)
-	}
-	vm, err := sim.StartVM(info.Socket, 3, guest.WorkloadConfig{Check: true}, sim.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer vm.Close()
-	if err := vm.Run(ctx, 20); err != nil {
-		t.Fatalf("a new CUDA vGPU after the attacks: %v", err)
-	}
+	stillServes(ctx, t, h, cudaVGPU("fresh", 4<<20))
 }

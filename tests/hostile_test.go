@@ -116,8 +116,14 @@ func TestHostileGuestOnQEMU(t *testing.T) {
 		t.Error("the attacker's refused commands were not counted as faults")
 	}
 
-	// gmigd still serves: a new vGPU runs a checked workload.
-	info, err := h.Create(vgpu.Config{Name: "fresh", MemSize: 4 << 20})
+	stillServes(ctx, t, h, vgpu.Config{Name: "fresh", MemSize: 4 << 20})
+}
+
+// stillServes checks that gmigd serves after the attacks: a new vGPU of
+// cfg runs a checked workload to its digest.
+func stillServes(ctx context.Context, t *testing.T, h *hostd.Host, cfg vgpu.Config) {
+	t.Helper()
+	info, err := h.Create(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +133,7 @@ func TestHostileGuestOnQEMU(t *testing.T) {
 	}
 	defer vm.Close()
 	if err := vm.Run(ctx, 20); err != nil {
-		t.Fatalf("a new vGPU after the attacks: %v", err)
+		t.Fatalf("a new %s vGPU after the attacks: %v", cfg.Backend, err)
 	}
 	if _, err := vm.Digest(); err != nil {
 		t.Fatal(err)
