@@ -186,9 +186,11 @@ func (t *LocalTracker) ChangedIn(first, n int) ([]int, error) {
 			out = append(out, q) // an unsent page comes below, once
 		}
 	}
-	for q := first; q < first+n; q++ {
-		if t.unsent[q/64]&(1<<(q%64)) != 0 {
-			out = append(out, q)
+	for w := first / 64; w <= (first+n-1)/64; w++ { // a word at a time: after a pre-copy, all zero
+		for word := t.unsent[w]; word != 0; word &= word - 1 {
+			if q := w*64 + bits.TrailingZeros64(word); q >= first && q < first+n {
+				out = append(out, q)
+			}
 		}
 	}
 	slices.Sort(out)
