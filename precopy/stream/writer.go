@@ -85,10 +85,13 @@ func (w *Writer) WritePagesLive(idx []uint32, mem []byte, sent []uint64) (Stats,
 // WriteCopies sends pages the caller has already copied out of memory:
 // pages holds len(idx) pages back to back, pages[i*PageSize:(i+1)*PageSize]
 // being page idx[i]. hashes[i] must be the xxhash64 of that copy (as
-// dirty.Tracker.RecordCopy returns them), or hashes is nil to hash the
-// copies here. Live pre-copy uses it so that the hash its dirty tracker
-// records is, by construction, the hash of the bytes sent. Page indices
-// are not checked against a partition (the reader checks them).
+// dirty.Tracker.RecordCopy returns them, or the GPU's hash of the page it
+// was read from), or hashes is nil to hash the copies here. Live pre-copy
+// uses it so that the hash its dirty tracker records is, by construction,
+// the hash of the bytes sent. The copies must not change until
+// WriteCopies returns: they are written where they lie, without a copy
+// (writeBuffers), as frozen pages are. Page indices are not checked
+// against a partition (the reader checks them).
 func (w *Writer) WriteCopies(idx []uint32, pages []byte, hashes []uint64) (Stats, error) {
 	if hashes != nil && len(hashes) != len(idx) {
 		return Stats{}, fmt.Errorf("stream: %d hashes for %d pages", len(hashes), len(idx))
@@ -99,20 +102,7 @@ func (w *Writer) WriteCopies(idx []uint32, pages []byte, hashes []uint64) (Stats
 	if err := w.usable(); err != nil {
 		return Stats{}, err
 	}
-	var st Stats
-	for start := 0; start < len(idx); start += w.batchPages {
-		end := min(start+w.batchPages, len(idx))
-		var bin []uint64
-		if hashes != nil {
-			bin = hashes[start:end]
-		}
-		bs, err := w.writeBatch(idx[start:end], pages[start*PageSize:end*PageSize], true, bin, nil)
-		st.add(bs)
-		if err != nil {
-			return st, err
-		}
-	}
-	return st, nil
+	return w.writeVectored(idx, pages, true, hashes)
 }
 
 func (w *Writer) writePages(idx []uint32, mem []byte, in, out []uint64) (Stats, error) {
@@ -126,7 +116,7 @@ func (w *Writer) writePages(idx []uint32, mem []byte, in, out []uint64) (Stats, 
 		}
 	}
 	if in != nil {
-		return w.writeFrozen(idx, mem, in)
+		return w.writeVectored(idx, mem, false, in)
 	}
 	var st Stats
 	for start := 0; start < len(idx); start += w.batchPages {
@@ -135,7 +125,7 @@ func (w *Writer) writePages(idx []uint32, mem []byte, in, out []uint64) (Stats, 
 		if out != nil {
 			bout = out[start:end]
 		}
-		bs, err := w.writeBatch(idx[start:end], mem, false, nil, bout)
+		bs, err := w.writeBatch(idx[start:end], mem, bout)
 		st.add(bs)
 		if err != nil {
 			return st, err
@@ -144,15 +134,23 @@ func (w *Writer) writePages(idx []uint32, mem []byte, in, out []uint64) (Stats, 
 	return st, nil
 }
 
-// writeFrozen writes frozen pages whose hashes are known, batch by batch,
-// without copying them to a socket (writeBuffers): each frame is its
-// headers and CRC (prepareFrozen) with the pages where they lie in mem
-// between them.
-func (w *Writer) writeFrozen(idx []uint32, mem []byte, hashes []uint64) (Stats, error) {
+// writeVectored writes pages that do not change while it runs, batch by
+// batch, without copying them to a socket (writeBuffers): each frame is
+// its headers and CRC (prepareBatch) with the pages where they lie in mem
+// between them. packed and hashes are prepareBatch's.
+func (w *Writer) writeVectored(idx []uint32, mem []byte, packed bool, hashes []uint64) (Stats, error) {
 	var st Stats
 	for start := 0; start < len(idx); start += w.batchPages {
 		end := min(start+w.batchPages, len(idx))
-		iov, bs := w.prepareFrozen(idx[start:end], mem, hashes[start:end])
+		var bh []uint64
+		if hashes != nil {
+			bh = hashes[start:end]
+		}
+		m := mem
+		if packed {
+			m = mem[start*PageSize : end*PageSize]
+		}
+		iov, bs := w.prepareBatch(idx[start:end], m, packed, bh)
 		if err := w.writeBuffers(iov); err != nil {
 			w.err = fmt.Errorf("stream: write failed, stream broken: %w", err)
 			return st, fmt.Errorf("stream: writing PageBatch of %d pages: %w", bs.Pages, err)
@@ -191,10 +189,12 @@ func (w *Writer) writeBuffers(iov net.Buffers) error {
 
 // writeBatch builds one PageBatch frame in w.buf and writes it with one
 // Write: the record headers first, then the data of the non-zero pages
-// (§4). Page idx[i] is at mem[idx[i]*PageSize:], or at mem[i*PageSize:]
-// when packed (copies, WriteCopies). The caller has checked the indices
-// against mem.
-func (w *Writer) writeBatch(idx []uint32, mem []byte, packed bool, in, out []uint64) (Stats, error) {
+// (§4), each page copied once, then checked for zeros and hashed, so that
+// what is sent verifies even if memory changes meanwhile (the VM runs):
+// out[i], if out is set, receives the hash of what was sent of idx[i].
+// Page idx[i] is at mem[idx[i]*PageSize:]; the caller has checked the
+// indices against mem.
+func (w *Writer) writeBatch(idx []uint32, mem []byte, out []uint64) (Stats, error) {
 	if w.buf == nil {
 		w.buf = make([]byte, 0, FrameHeaderSize+BatchHeaderSize+w.batchPages*(RecordHeaderSize+PageSize)+FrameTrailerSize)
 	}
@@ -203,9 +203,6 @@ func (w *Writer) writeBatch(idx []uint32, mem []byte, packed bool, in, out []uin
 	var zeros uint64
 	for i, p := range idx {
 		off := int(p) * PageSize
-		if packed {
-			off = i * PageSize
-		}
 		page := mem[off : off+PageSize]
 		rec := b[FrameHeaderSize+BatchHeaderSize+i*RecordHeaderSize:][:RecordHeaderSize]
 		le.PutUint32(rec, p)
@@ -219,11 +216,7 @@ func (w *Writer) writeBatch(idx []uint32, mem []byte, packed bool, in, out []uin
 			zeros++
 		} else {
 			b = append(b, page...)
-			if in != nil {
-				h = in[i]
-			} else {
-				h = xxhash.Sum64(b[len(b)-PageSize:])
-			}
+			h = xxhash.Sum64(b[len(b)-PageSize:])
 		}
 		le.PutUint64(rec[8:], h)
 		if out != nil {
@@ -248,13 +241,17 @@ func putBatchHeader(b []byte, payload, count int) {
 	le.PutUint32(b[FrameHeaderSize:], uint32(count))
 }
 
-// prepareFrozen builds one PageBatch frame of frozen pages whose hashes
-// are known, without copying or reading them: its headers (frame header,
+// prepareBatch builds one PageBatch frame of pages that do not change
+// while it is written, without copying them: its headers (frame header,
 // page count, record headers) and CRC, with the pages where they lie in
-// mem between them, as pieces for one vectored write, in buffers of the
-// Writer's that the next frame reuses. The bytes are those writeBatch
-// would send.
-func (w *Writer) prepareFrozen(idx []uint32, mem []byte, hashes []uint64) (net.Buffers, Stats) {
+// mem between them — runs of pages adjacent in mem as one piece — as
+// pieces for one vectored write, in buffers of the Writer's that the next
+// frame reuses. Page idx[i] is at mem[idx[i]*PageSize:], or at
+// mem[i*PageSize:] when packed (copies). hashes[i] is page i's xxhash64,
+// or hashes is nil to hash the pages here; a page is a zero page when its
+// hash is the zero page's and its bytes are all zero. The bytes are those
+// writeBatch would send.
+func (w *Writer) prepareBatch(idx []uint32, mem []byte, packed bool, hashes []uint64) (net.Buffers, Stats) {
 	heads := FrameHeaderSize + BatchHeaderSize + len(idx)*RecordHeaderSize
 	if cap(w.heads) < heads+FrameTrailerSize {
 		w.heads = make([]byte, 0, FrameHeaderSize+BatchHeaderSize+w.batchPages*RecordHeaderSize+FrameTrailerSize)
@@ -262,9 +259,20 @@ func (w *Writer) prepareFrozen(idx []uint32, mem []byte, hashes []uint64) (net.B
 	b := w.heads[:heads]
 	iov := append(w.iov[:0], nil)
 	var zeros uint64
+	data := 0
+	runStart, runEnd := -1, -1 // the last piece's extent in mem
 	for i, p := range idx {
-		page := mem[int(p)*PageSize : (int(p)+1)*PageSize]
-		h := hashes[i]
+		off := int(p) * PageSize
+		if packed {
+			off = i * PageSize
+		}
+		page := mem[off : off+PageSize]
+		var h uint64
+		if hashes != nil {
+			h = hashes[i]
+		} else {
+			h = xxhash.Sum64(page)
+		}
 		rec := b[FrameHeaderSize+BatchHeaderSize+i*RecordHeaderSize:][:RecordHeaderSize]
 		le.PutUint32(rec, p)
 		rec[4], rec[5], rec[6], rec[7] = 0, 0, 0, 0
@@ -274,9 +282,16 @@ func (w *Writer) prepareFrozen(idx []uint32, mem []byte, hashes []uint64) (net.B
 			zeros++
 			continue
 		}
+		data += PageSize
+		if off == runEnd {
+			runEnd += PageSize
+			iov[len(iov)-1] = mem[runStart:runEnd]
+			continue
+		}
+		runStart, runEnd = off, off+PageSize
 		iov = append(iov, page)
 	}
-	payload := heads - FrameHeaderSize + (len(iov)-1)*PageSize
+	payload := heads - FrameHeaderSize + data
 	putBatchHeader(b, payload, len(idx))
 	iov[0] = b
 	crc := le.AppendUint32(b[len(b):], crc32.Checksum(b, castagnoli)) // within capacity: b stays valid
