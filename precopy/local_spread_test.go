@@ -422,3 +422,81 @@ func TestGPULocalLiveChunks(t *testing.T) {
 		}
 	})
 }
+
+// gpuSums is a localPages that passes ReadHashed on (counting the pages
+// it gave hashes for), optionally making the hash of the first page of
+// each read wrong.
+type gpuSums struct {
+	localPages
+	pages   atomic.Int64
+	corrupt bool
+}
+
+func (g *gpuSums) ReadHashed(pages []int, buf []byte, sums []uint64) (bool, error) {
+	hr, ok := g.localPages.(hashedReader)
+	if !ok {
+		return false, nil
+	}
+	ok, err := hr.ReadHashed(pages, buf, sums)
+	if ok && err == nil {
+		g.pages.Add(int64(len(pages)))
+		if g.corrupt && len(pages) > 0 {
+			sums[0] ^= 1
+		}
+	}
+	return ok, err
+}
+
+// TestGPULocalStopSendsGPUHashes: the stop phase's changed local pages go
+// with the hashes the GPU computed when it found them (ReadHashed): every
+// one of them, in the worker (its read buffers are views of its bulk
+// buffer) and in process; the destination checks them, so one wrong hash
+// fails the migration with the page's hash error and a whole stop phase
+// arrives otherwise.
+func TestGPULocalStopSendsGPUHashes(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		iso     string
+		corrupt bool
+	}{
+		{name: "worker", iso: ""},
+		{name: "shared", iso: "shared"},
+		{name: "worker/wrong hash", iso: "", corrupt: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			src, dst := cudaLocalPairSized(t, localBytes, c.iso)
+			s, a, recv := startCuttable(ctx, t, src.V, dst.V, 3, false, Options{Strategy: OneShot, Workers: 2, Log: migtest.Log})
+			defer s.Close()
+			defer a.Close()
+			must(t, s.Precopy(ctx))
+			const changed = 20
+			scribbleLocal(t, src.V, 1, 2, changed)
+			sums := &gpuSums{corrupt: c.corrupt}
+			s.local.mu.Lock()
+			sums.localPages = s.local.gpu
+			s.local.gpu = sums
+			s.local.mu.Unlock()
+			rep, err := s.Stop(ctx)
+			if c.corrupt {
+				s.Rollback()
+				a.Close()
+				r := <-recv
+				if err == nil || r.err == nil || !errors.Is(r.err, stream.ErrPageHash) {
+					t.Fatalf("with a wrong GPU hash: source %v, destination %v; want the destination's page hash error", err, r.err)
+				}
+				return
+			}
+			r := <-recv
+			must(t, err)
+			must(t, r.err)
+			if got := sums.pages.Load(); got != changed || rep.Stop.LocalPages != changed {
+				t.Fatalf("%d pages sent with the GPU's hashes, %d local pages at the stop; want %d", got, rep.Stop.LocalPages, changed)
+			}
+			if sl, dl := readGPULocal(t, src.V), readGPULocal(t, dst.V); string(sl) != string(dl) {
+				t.Fatal("the destination's local memory differs from the source's")
+			}
+		})
+	}
+}

@@ -127,6 +127,33 @@ type readBuffers interface {
 	ReadBuffers(n, size int) ([][]byte, error)
 }
 
+// hashedReader is a localPages whose reads give each page's xxhash64 as
+// the stop phase's hash (ChangedIn) found it on the GPU
+// (nvidia.LocalTracker.ReadHashed): the streams then send the pages with
+// those hashes and hash nothing. ok false: buf is not where it reads with
+// hashes, nothing was read.
+type hashedReader interface {
+	ReadHashed(pages []int, buf []byte, sums []uint64) (ok bool, err error)
+}
+
+// readChunk reads pages into buf and, where the reader gives them (a
+// hashedReader) and withSums (the pages were found by the GPU's hash: it
+// has their hashes of the stop), their hashes into sums: it reports
+// whether it did.
+func (l *localState) readChunk(pages []int, buf []byte, sums []uint64, withSums bool) (hashed bool, err error) {
+	err = l.withGPU(func(g localPages) error {
+		if hr, ok := g.(hashedReader); ok && withSums {
+			ok, err := hr.ReadHashed(pages, buf, sums)
+			if ok || err != nil {
+				hashed = ok
+				return err
+			}
+		}
+		return g.Read(pages, buf)
+	})
+	return hashed, err
+}
+
 // prepareLocalStop makes the read buffers of device-local pages (NVIDIA
 // back end) for the pre-copy's snapshots and the stop phase's reads: the
 // reader's own (ReadBuffers) where it has them, else buffers of this
@@ -175,10 +202,12 @@ func (s *Source) readLocal(ctx context.Context, ls *localStop, out func(pageJob)
 	start := time.Now()
 	var first, hashed time.Duration    // until the first changed pages were known; all
 	var reading, waiting time.Duration // in the GPU's reads; for a free buffer
-	read := 0
+	var handing time.Duration          // handing jobs on to the streams (full queues)
+	read, withSums := 0, 0             // pages read; of them, with the GPU's hashes
 	defer func() {
-		s.log.Info().Int("pages", read).Dur("first_found", first).Dur("hashed", hashed).Dur("reading", reading).
-			Dur("buffer_wait", waiting).Dur("total", time.Since(start)).Msg("device-local pages read at the stop")
+		s.log.Info().Int("pages", read).Int("gpu_hashed", withSums).Dur("first_found", first).Dur("hashed", hashed).
+			Dur("reading", reading).Dur("buffer_wait", waiting).Dur("stream_wait", handing).
+			Dur("total", time.Since(start)).Msg("device-local pages read at the stop")
 	}()
 	l := s.local
 	s.prepareLocalStop() // already made by the pre-copy, but for a Stop without one
@@ -204,8 +233,15 @@ func (s *Source) readLocal(ctx context.Context, ls *localStop, out func(pageJob)
 			}
 			waiting += time.Since(t)
 			t = time.Now()
-			if err := l.withGPU(func(g localPages) error { return g.Read(chunk, buf) }); err != nil {
+			sums := make([]uint64, len(chunk))
+			gpuSums, err := l.readChunk(chunk, buf, sums, ls.src == dirty.Hash)
+			if err != nil {
 				return fmt.Errorf("precopy: reading %d device-local pages from the GPU: %w", len(chunk), err)
+			}
+			if !gpuSums {
+				sums = nil // the streams hash them
+			} else {
+				withSums += len(chunk)
 			}
 			reading += time.Since(t)
 			read += len(chunk)
@@ -220,14 +256,19 @@ func (s *Source) readLocal(ctx context.Context, ls *localStop, out func(pageJob)
 					free <- buf
 				}
 			}
+			t = time.Now()
 			for j := 0; j < len(chunk); j += localJobPages {
 				k := min(localJobPages, len(chunk)-j)
 				job := pageJob{idx: idx[j : j+k : j+k], done: done,
 					copies: buf[j*dirty.PageSize : (j+k)*dirty.PageSize]}
+				if sums != nil {
+					job.hashes = sums[j : j+k : j+k]
+				}
 				if err := out(job); err != nil {
 					return err
 				}
 			}
+			handing += time.Since(t)
 		}
 	}
 	pages, err := ls.wait()

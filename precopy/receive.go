@@ -66,16 +66,26 @@ func Receive(ctx context.Context, conn io.Reader, v *vgpu.VGPU, opts Options) (R
 func (d *dest) run(ctx context.Context) error {
 	stop := watch(ctx, d.conn)
 	defer stop()
+	defer func() {
+		if d.endProfile != nil {
+			d.endProfile()
+		}
+	}()
 	err := d.receive(ctx)
 	if err == nil {
 		if d.verdict != nil {
 			err = writeVerdict(d.verdict, meta{OK: true, Report: &d.rep})
 		}
 		if err == nil {
+			var cost procCost // this process's, in the stop phase
+			if d.stopped {
+				cost = readProcCost().since(d.stopCost)
+			}
 			d.log.Info().Uint64("pool_offset", d.v.Partition().Offset).Dur("restore", d.rep.Stop.Restore).
 				Dur("replay", d.rep.Stop.Replay).Int("stop_pages", d.rep.Stop.DirtyPages).
 				Int("local_pages_to_gpu", d.local.loadedPages()).Dur("local_load", d.rep.Stop.LocalLoad).
 				Dur("local_load_early", d.rep.Stop.LocalLoadEarly).Int("local_pages_early", d.rep.Stop.LocalPagesEarly).
+				Int64("minor_faults", cost.minorFaults).Dur("sys_cpu", cost.sys).Dur("user_cpu", cost.user).Uint64("gcs", cost.gcs).
 				Msg("migration received; vGPU quiesced until the VM runs")
 			// The stop phase's local pages are on the GPU now: their
 			// host memory goes back in the background, off the VM's
@@ -125,6 +135,8 @@ type dest struct {
 	rep Report
 
 	stopAt                  time.Time // when the stop Meta arrived
+	stopCost                procCost  // this process's counters then
+	endProfile              func()    // ends the stop phase's profile (StopProfileEnv); nil before the stop
 	stopped                 bool
 	state, devLog, frontEnd []byte
 	sawDevLog, sawFrontEnd  bool
@@ -305,7 +317,8 @@ func (d *dest) section(sec stream.Section, st stream.Stats) error {
 		}
 		switch {
 		case m.Phase == phaseStop && !d.stopped:
-			d.stopped, d.stopAt = true, time.Now()
+			d.stopped, d.stopAt, d.stopCost = true, time.Now(), readProcCost()
+			d.endProfile = startStopProfile(d.log, "destination")
 			d.rep.Precopy.Bytes = st.Bytes
 			d.stopMeta = &m
 		case m.Phase == phaseSummary && m.Report != nil && d.summary == nil:

@@ -139,7 +139,8 @@ func (j pageJob) finish() {
 // spread runs the stop phase's page sends on every stream at once:
 // produce (nil: none) calls send with pages (and, or nil, their hashes)
 // as it finds them; send gathers them into batches (batcher) and hands
-// each full batch to the next stream in turn, round-robin, each stream's
+// each full batch to the next stream in turn, round-robin (the next with
+// room in its queue, if that one has none), each stream's
 // sender writing on its own goroutine; once produce returns, what is left
 // is split evenly over the streams. With own, send copies what it is
 // given (the caller reuses it). send is for produce's goroutine alone.
@@ -181,8 +182,22 @@ func (s *Source) spread(own bool, produce func(send func(idx []uint32, hashes []
 			errs <- s.sendShard(i, jobs[i], fail, firstErr)
 		}()
 	}
-	var next atomic.Uint32 // round-robin over the streams, shared by send and direct
-	to := func(j pageJob) { jobs[(next.Add(1)-1)%uint32(n)] <- j }
+	// Round-robin over the streams, shared by send and direct, passing
+	// over a stream whose queue is full while another has room: one slow
+	// stream (a big batch of the aperture's, a slow receiver) does not hold
+	// up the others' next jobs.
+	var next atomic.Uint32
+	to := func(j pageJob) {
+		at := next.Add(1) - 1
+		for k := range uint32(n) {
+			select {
+			case jobs[(at+k)%uint32(n)] <- j:
+				return
+			default:
+			}
+		}
+		jobs[at%uint32(n)] <- j
+	}
 	sideErr := make(chan error, 1)
 	if side != nil {
 		go func() {

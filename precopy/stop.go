@@ -35,7 +35,9 @@ func (s *Source) Stop(ctx context.Context) (Report, error) {
 	rep := s.report
 	s.mu.Unlock()
 	before := readProcCost()
+	endProfile := startStopProfile(s.log, "source")
 	err := s.stop(ctx, &rep)
+	endProfile()
 	cost := readProcCost().since(before)
 	s.mu.Lock()
 	s.report = rep

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/gmig-dev/gmig/gtt"
 	"github.com/gmig-dev/gmig/internal/cuda"
 )
@@ -176,6 +177,27 @@ func checkLocalTracker(t *testing.T, g *GPU, newWin func(int) []byte) {
 		if !bytes.Equal(got[i*pageBytes:(i+1)*pageBytes], want[p*pageBytes:(p+1)*pageBytes]) {
 			t.Errorf("Read of changed page %d differs from what was written", p)
 		}
+	}
+	// With their hashes (the ones ChangedIn took on the GPU): the same
+	// bytes, and each hash the page's xxhash64.
+	hr := tr.(HashedReader)
+	hashed, sums := make([]byte, len(got)), make([]uint64, len(ch))
+	if ok, err := hr.ReadHashed(ch, hashed, sums); err != nil || !ok {
+		t.Fatalf("ReadHashed: %v, %v", ok, err)
+	}
+	if !bytes.Equal(hashed, got) {
+		t.Error("ReadHashed's pages differ from Read's")
+	}
+	for i := range ch {
+		if want := xxhash.Sum64(got[i*pageBytes : (i+1)*pageBytes]); sums[i] != want {
+			t.Errorf("ReadHashed: page %d hash %#x, xxhash64 %#x", ch[i], sums[i], want)
+		}
+	}
+	if err := tr.Snapshot(ch[0], 1, buf); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hr.ReadHashed(ch[:1], hashed, sums); err == nil {
+		t.Errorf("ReadHashed of page %d, snapshotted after its hash, succeeded", ch[0])
 	}
 	fresh, err := b.NewLocalTracker()
 	if err != nil {

@@ -1,6 +1,7 @@
 package nvidia
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math/bits"
 	"slices"
@@ -51,6 +52,7 @@ type LocalTracker struct {
 	list     *diffList   // the pages whose hashes differ
 	unsent   []uint64    // a bit per page never snapshotted (no hash in sums)
 	changed  []uint64    // Changed's bitmap, reused
+	fresh    []uint64    // a bit per page whose hash in now the last Changed or ChangedIn took, no Snapshot since
 }
 
 // NewLocalTracker returns a tracker over b's device-local memory (which it
@@ -61,7 +63,7 @@ func (b *NVIDIA) NewLocalTracker() (LocalReader, error) {
 	}
 	t := &LocalTracker{b: b, pages: int(b.cfg.LocalSize / pageBytes)}
 	words := (t.pages + 63) / 64
-	t.unsent, t.changed = make([]uint64, words), make([]uint64, words)
+	t.unsent, t.changed, t.fresh = make([]uint64, words), make([]uint64, words), make([]uint64, words)
 	for p := range t.pages {
 		t.unsent[p/64] |= 1 << (p % 64)
 	}
@@ -123,6 +125,7 @@ func (t *LocalTracker) Snapshot(first, n int, buf []byte) error {
 		}
 		for i := p; i < p+k; i++ {
 			t.unsent[i/64] &^= 1 << (i % 64)
+			t.fresh[i/64] &^= 1 << (i % 64)
 		}
 		done += k
 	}
@@ -143,6 +146,7 @@ func (t *LocalTracker) Changed() ([]int, error) {
 	if err != nil {
 		return nil, err
 	}
+	t.markFresh(0, t.pages)
 	copy(t.changed, t.unsent) // a page never sent has no hash to compare: it goes
 	for _, p := range diff {
 		t.changed[p/64] |= 1 << (p % 64)
@@ -180,6 +184,7 @@ func (t *LocalTracker) ChangedIn(first, n int) ([]int, error) {
 	if err != nil {
 		return nil, err
 	}
+	t.markFresh(first, n)
 	out := make([]int, 0, len(diff))
 	for _, p := range diff {
 		if q := first + int(p); t.unsent[q/64]&(1<<(q%64)) == 0 {
@@ -229,6 +234,78 @@ func (t *LocalTracker) Read(pages []int, buf []byte) error {
 	return nil
 }
 
+// markFresh records that now holds the hashes of pages [first, first+n)
+// as they are.
+func (t *LocalTracker) markFresh(first, n int) {
+	for p := first; p < first+n; {
+		if p%64 == 0 && p+64 <= first+n {
+			t.fresh[p/64] = ^uint64(0)
+			p += 64
+			continue
+		}
+		t.fresh[p/64] |= 1 << (p % 64)
+		p++
+	}
+}
+
+// readHashedPages is how many pages ReadHashed gathers per staging chunk:
+// the pages and then their hashes fit in staging.
+const readHashedPages = stageBytes / (pageBytes + 8)
+
+// ReadHashed is Read that also gives each page's xxhash64 — the one the
+// last Changed or ChangedIn over it computed on the GPU, so the caller
+// need not hash the pages again (a stream's writer sends them with these
+// hashes): sums[i] is the hash of page pages[i]. Each page must have been
+// hashed by Changed or ChangedIn since its last Snapshot, and not changed
+// since (the engine quiesced, as a stop phase has it); else ReadHashed
+// refuses. Per staging chunk the one gather launch also gathers the
+// pages' hashes behind them, and a second, small copy brings those back.
+// It reports true: a LocalTracker always gives the hashes.
+func (t *LocalTracker) ReadHashed(pages []int, buf []byte, sums []uint64) (bool, error) {
+	if len(buf) < len(pages)*pageBytes || len(sums) < len(pages) {
+		return false, fmt.Errorf("nvidia: %d local pages into %d bytes and %d hashes", len(pages), len(buf), len(sums))
+	}
+	for _, p := range pages {
+		if p < 0 || p >= t.pages {
+			return false, fmt.Errorf("nvidia: local page %d out of range [0, %d)", p, t.pages)
+		}
+		if t.fresh[p/64]&(1<<(p%64)) == 0 {
+			return false, fmt.Errorf("nvidia: local page %d has no hash of the stop (no Changed or ChangedIn over it since its snapshot)", p)
+		}
+	}
+	base := t.b.DeviceAddrBase()
+	for done := 0; done < len(pages); {
+		k := min(len(pages)-done, readHashedPages)
+		chunk := pages[done : done+k]
+		var ps []nvPiece
+		for i, p := range chunk {
+			ps = appendPiece(ps, base+uint64(p)*pageBytes, uint64(t.stage)+uint64(i)*pageBytes, pageBytes)
+		}
+		at := uint64(t.stage) + uint64(k)*pageBytes
+		for i, p := range chunk {
+			ps = appendPiece(ps, uint64(t.now)+8*uint64(p), at+8*uint64(i), 8)
+		}
+		if err := t.copyPieces(ps); err != nil {
+			return false, err
+		}
+		if err := t.fetchFrom(buf[done*pageBytes:(done+k)*pageBytes], t.stage); err != nil {
+			return false, err
+		}
+		h := t.host[:8*k]
+		if err := t.b.dev.CopyDtoH(h, cuda.DevPtr(at), t.stream); err != nil {
+			return false, err
+		}
+		if err := t.b.dev.Sync(t.stream); err != nil {
+			return false, err
+		}
+		for i := range k {
+			sums[done+i] = binary.LittleEndian.Uint64(h[8*i:])
+		}
+		done += k
+	}
+	return true, nil
+}
+
 // copyPieces runs gmig_copy_pieces over ps on the tracker's stream.
 func (t *LocalTracker) copyPieces(ps []nvPiece) error {
 	for len(ps) > 0 {
@@ -262,15 +339,18 @@ func (t *LocalTracker) hash(base, n, out uint64) error {
 //
 // Into the registered bulk buffer (NVIDIAConfig.Bulk) the copy lands
 // straight in dst.
-func (t *LocalTracker) fetch(dst []byte) error {
+func (t *LocalTracker) fetch(dst []byte) error { return t.fetchFrom(dst, t.stage) }
+
+// fetchFrom is fetch from device memory at src (in staging).
+func (t *LocalTracker) fetchFrom(dst []byte, src cuda.DevPtr) error {
 	if t.b.inBulk(dst) {
-		if err := t.b.dev.CopyDtoH(dst, t.stage, t.stream); err != nil {
+		if err := t.b.dev.CopyDtoH(dst, src, t.stream); err != nil {
 			return err
 		}
 		return t.b.dev.Sync(t.stream)
 	}
 	h := t.host[:len(dst)]
-	if err := t.b.dev.CopyDtoH(h, t.stage, t.stream); err != nil {
+	if err := t.b.dev.CopyDtoH(h, src, t.stream); err != nil {
 		return err
 	}
 	if err := t.b.dev.Sync(t.stream); err != nil {

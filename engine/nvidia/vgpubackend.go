@@ -64,7 +64,19 @@ type LocalReader interface {
 	Close() error
 }
 
-var _ VGPUBackend = (*NVIDIA)(nil)
+// HashedReader is a LocalReader whose reads of changed pages can give
+// each page's xxhash64 as its last Changed or ChangedIn computed it on the
+// GPU (LocalTracker.ReadHashed), so that nobody hashes them again. ok
+// false: buf is not where this reader reads with hashes, nothing was
+// read.
+type HashedReader interface {
+	ReadHashed(pages []int, buf []byte, sums []uint64) (ok bool, err error)
+}
+
+var (
+	_ VGPUBackend  = (*NVIDIA)(nil)
+	_ HashedReader = (*LocalTracker)(nil)
+)
 
 // Info implements VGPUBackend: the GPU's description.
 func (b *NVIDIA) Info() cuda.DeviceInfo { return b.g.Info() }

@@ -185,21 +185,22 @@ func (c *Client) viewSpan(op Op, p []byte) (Span, bool) {
 
 // viewCall makes call op on cn with its bulk bytes at p, a view of cn's
 // region (viewSpan): the worker reads or writes p itself, no copy here.
-// It reports false, doing nothing, where p is not such a view.
-func (c *Client) viewCall(cn *conn, op Op, req *Msg, p []byte) (bool, error) {
+// It returns the worker's reply; it reports false, doing nothing, where p
+// is not such a view.
+func (c *Client) viewCall(cn *conn, op Op, req *Msg, p []byte) (Msg, bool, error) {
 	cn.mu.Lock()
 	defer cn.mu.Unlock()
 	if l := c.lost.Load(); l != nil {
-		return true, l
+		return Msg{}, true, l
 	}
 	sp, ok := c.viewSpan(op, p)
 	if !ok {
-		return false, nil
+		return Msg{}, false, nil
 	}
 	req.Bulk = sp
 	c.bulkN.Add(1)
-	_, err := c.callLocked(cn, op, req)
-	return true, err
+	rep, err := c.callLocked(cn, op, req)
+	return rep, true, err
 }
 
 // bulkExtents is Write's and Read's bulk path: xs, holding n bytes, in

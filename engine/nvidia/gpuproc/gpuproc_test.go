@@ -14,6 +14,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/gmig-dev/gmig/engine"
 	"github.com/gmig-dev/gmig/engine/cpuref"
 	"github.com/gmig-dev/gmig/engine/nvidia"
@@ -417,6 +418,27 @@ func localTracker(t *testing.T) {
 			t.Fatalf("read page %d: % x", changed[i], page[:16])
 		}
 	}
+	// Into views of the side region, with the GPU's hashes; elsewhere,
+	// nothing (the caller reads and hashes itself).
+	hr := tr.(nvidia.HashedReader)
+	sums := make([]uint64, len(changed))
+	if ok, err := hr.ReadHashed(changed, pages, sums); ok || err != nil {
+		t.Fatalf("ReadHashed into a buffer of the caller's: %v, %v; want false, nil", ok, err)
+	}
+	views, err := tr.(interface {
+		ReadBuffers(n, size int) ([][]byte, error)
+	}).ReadBuffers(1, len(pages))
+	must(t, err)
+	if ok, err := hr.ReadHashed(changed, views[0], sums); !ok || err != nil {
+		t.Fatalf("ReadHashed into a view: %v, %v", ok, err)
+	}
+	for i := range changed {
+		page := views[0][i*pageSize : (i+1)*pageSize]
+		if !bytes.Equal(page, pages[i*pageSize:(i+1)*pageSize]) || sums[i] != xxhash.Sum64(page) {
+			t.Fatalf("ReadHashed page %d: same as Read %v, hash %#x, xxhash64 %#x", changed[i],
+				bytes.Equal(page, pages[i*pageSize:(i+1)*pageSize]), sums[i], xxhash.Sum64(page))
+		}
+	}
 	all := make([]int, tr.Pages())
 	for i := range all {
 		all[i] = len(all) - 1 - i // descending: the list order is not the pages'
@@ -439,11 +461,12 @@ func localTracker(t *testing.T) {
 	}
 	// In chunks of 3 pages: the first Write (22 calls), the snapshot (22),
 	// the engine's Writes and Reads (8 × 2 × 11), the reads of the
-	// changed pages (2 × 3), LoadLocal (22).
-	if n := c.(*Client).bulkN.Load(); bulkMin < math.MaxInt && n != 22+22+8*2*11+2*3+22 {
-		t.Errorf("%d bulk calls, want %d", n, 22+22+8*2*11+2*3+22)
-	} else if bulkMin == math.MaxInt && n != 0 {
-		t.Errorf("%d bulk calls with the bulk buffer off", n)
+	// changed pages (2 × 3), the hashed read into a view (1: a view is
+	// one call whatever its size), LoadLocal (22).
+	if n := c.(*Client).bulkN.Load(); bulkMin < math.MaxInt && n != 22+22+8*2*11+2*3+1+22 {
+		t.Errorf("%d bulk calls, want %d", n, 22+22+8*2*11+2*3+1+22)
+	} else if bulkMin == math.MaxInt && n != 1 {
+		t.Errorf("%d bulk calls with the bulk buffer off, want the view's 1", n)
 	}
 }
 

@@ -86,9 +86,10 @@ var handlers = [opCount]handler{
 		}
 		return Msg{}, s.b.Read(b, m.Src)
 	},
-	OpLoadLocalBulk:       (*server).loadLocalBulk,
-	OpTrackerSnapshotBulk: (*server).trackerSnapshotBulk,
-	OpTrackerReadBulk:     (*server).trackerReadBulk,
+	OpLoadLocalBulk:         (*server).loadLocalBulk,
+	OpTrackerSnapshotBulk:   (*server).trackerSnapshotBulk,
+	OpTrackerReadBulk:       (*server).trackerReadBulk,
+	OpTrackerReadHashedBulk: (*server).trackerReadHashedBulk,
 }
 
 // serve answers requests from r, writing to w, until r fails (the client
@@ -408,6 +409,25 @@ func (s *server) trackerReadBulk(m *Msg) (Msg, error) {
 		return Msg{}, err
 	}
 	return Msg{}, s.tracker.Read(pages, b)
+}
+
+func (s *server) trackerReadHashedBulk(m *Msg) (Msg, error) {
+	if err := s.trackerCheck(); err != nil {
+		return Msg{}, err
+	}
+	pages, b, err := s.bulkPageList(m)
+	if err != nil {
+		return Msg{}, err
+	}
+	hr, ok := s.tracker.(nvidia.HashedReader)
+	if !ok {
+		return Msg{}, errors.New("gpuproc: the local tracker gives no hashes with its reads")
+	}
+	sums := make([]uint64, len(pages))
+	if _, err := hr.ReadHashed(pages, b, sums); err != nil {
+		return Msg{}, err
+	}
+	return Msg{Words: sums}, nil
 }
 
 func (s *server) trackerClose(*Msg) (Msg, error) {

@@ -42,7 +42,7 @@ func (t *tracker) Snapshot(first, n int, buf []byte) error {
 	if first < 0 || n < 0 || first+n > t.pages || len(buf) < n*pageSize {
 		return fmt.Errorf("gpuproc: local snapshot of pages [%d, +%d) of %d into %d bytes", first, n, t.pages, len(buf))
 	}
-	if ok, err := t.c.viewCall(t.c.side, OpTrackerSnapshotBulk, &Msg{A: uint32(first), B: uint32(n)}, buf[:n*pageSize]); ok {
+	if _, ok, err := t.c.viewCall(t.c.side, OpTrackerSnapshotBulk, &Msg{A: uint32(first), B: uint32(n)}, buf[:n*pageSize]); ok {
 		return err
 	}
 	if n*pageSize >= bulkMin {
@@ -103,7 +103,7 @@ func (t *tracker) Read(pages []int, buf []byte) error {
 			return fmt.Errorf("gpuproc: local page %d out of range [0, %d)", p, t.pages)
 		}
 	}
-	if ok, err := t.c.viewCall(t.c.side, OpTrackerReadBulk, &Msg{Words: pageWords(pages)}, buf[:len(pages)*pageSize]); ok {
+	if _, ok, err := t.c.viewCall(t.c.side, OpTrackerReadBulk, &Msg{Words: pageWords(pages)}, buf[:len(pages)*pageSize]); ok {
 		return err
 	}
 	if len(pages)*pageSize >= bulkMin {
@@ -125,6 +125,31 @@ func (t *tracker) Read(pages []int, buf []byte) error {
 	}
 	copy(buf, rep.Data)
 	return nil
+}
+
+// ReadHashed is nvidia.LocalTracker's ReadHashed in the worker, for read
+// buffers that are views of the side region (ReadBuffers): the pages land
+// in buf, their GPU hashes come back in the reply. It reports false,
+// reading nothing, for any other buf: the caller reads with Read and
+// hashes the pages itself.
+func (t *tracker) ReadHashed(pages []int, buf []byte, sums []uint64) (bool, error) {
+	if len(buf) < len(pages)*pageSize || len(sums) < len(pages) {
+		return false, fmt.Errorf("gpuproc: %d local pages into %d bytes and %d hashes", len(pages), len(buf), len(sums))
+	}
+	for _, p := range pages {
+		if p < 0 || p >= t.pages {
+			return false, fmt.Errorf("gpuproc: local page %d out of range [0, %d)", p, t.pages)
+		}
+	}
+	rep, ok, err := t.c.viewCall(t.c.side, OpTrackerReadHashedBulk, &Msg{Words: pageWords(pages)}, buf[:len(pages)*pageSize])
+	if !ok || err != nil {
+		return ok, err
+	}
+	if len(rep.Words) != len(pages) {
+		return true, fmt.Errorf("%w: %d hashes for %d pages", ErrMalformed, len(rep.Words), len(pages))
+	}
+	copy(sums, rep.Words)
+	return true, nil
 }
 
 func (t *tracker) Close() error {

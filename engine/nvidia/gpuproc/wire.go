@@ -94,7 +94,8 @@ const (
 	OpLoadLocalBulk
 	OpTrackerSnapshotBulk
 	OpTrackerReadBulk
-	OpTrackerChangedIn // the local tracker's ChangedIn: A the first page, B the count
+	OpTrackerChangedIn      // the local tracker's ChangedIn: A the first page, B the count
+	OpTrackerReadHashedBulk // the local tracker's ReadHashed into the bulk buffer: the pages' hashes in the reply
 	opCount
 )
 
@@ -157,38 +158,39 @@ type layout struct {
 //     TrackerSnapshotBulk and TrackerReadBulk fill it (their replies
 //     carry nothing).
 var layouts = [opCount]layout{
-	OpOpen:                {"open", []field{fA, fB, fX, fY, fStr}, []field{fX, fY, fData}, false},
-	OpCopy:                {"copy", []field{fDst, fSrc}, nil, false},
-	OpFill:                {"fill", []field{fDst, fA}, nil, false},
-	OpWrite:               {"write", []field{fDst, fData}, nil, false},
-	OpRead:                {"read", []field{fSrc, fX}, []field{fData}, false},
-	OpSaxpy:               {"saxpy", []field{fX, fA, fSrc, fDst}, nil, false},
-	OpStencil:             {"stencil", []field{fA, fB, fSrc, fDst}, nil, false},
-	OpRender:              {"render", []field{fA, fB, fX, fDst}, nil, false},
-	OpSync:                {"sync", nil, nil, false},
-	OpLoadModule:          {"load-module", []field{fC, fB, fA, fStr, fData}, nil, false},
-	OpUnloadModule:        {"unload-module", []field{fC}, nil, false},
-	OpLaunchModule:        {"launch-module", []field{fC, fWords}, []field{fDst}, false},
-	OpLaunchModuleParams:  {"launch-module-params", []field{fC, fX, fData}, []field{fDst}, false},
-	OpLaunchGrid:          {"launch-grid", []field{fC, fGrid, fData}, nil, false},
-	OpPlace:               {"place", []field{fX}, []field{fX}, false},
-	OpPlaceLocal:          {"place-local", []field{fX}, []field{fX}, false},
-	OpLoadLocal:           {"load-local", []field{fWords, fData}, nil, false},
-	OpClose:               {"close", nil, nil, false},
-	OpStats:               {"stats", nil, []field{fWords}, true},
-	OpModelWrite:          {"model-write", []field{fX, fData}, nil, true},
-	OpTrackerOpen:         {"tracker-open", nil, []field{fA}, true},
-	OpTrackerSnapshot:     {"tracker-snapshot", []field{fA, fB}, []field{fData}, true},
-	OpTrackerChanged:      {"tracker-changed", nil, []field{fWords}, true},
-	OpTrackerRead:         {"tracker-read", []field{fWords}, []field{fData}, true},
-	OpTrackerClose:        {"tracker-close", nil, nil, true},
-	OpLanded:              {"landed", nil, nil, false},
-	OpWriteBulk:           {"write-bulk", []field{fDst, fBulk}, nil, false},
-	OpReadBulk:            {"read-bulk", []field{fSrc, fBulk}, nil, false},
-	OpLoadLocalBulk:       {"load-local-bulk", []field{fWords, fBulk}, nil, false},
-	OpTrackerSnapshotBulk: {"tracker-snapshot-bulk", []field{fA, fB, fBulk}, nil, true},
-	OpTrackerReadBulk:     {"tracker-read-bulk", []field{fWords, fBulk}, nil, true},
-	OpTrackerChangedIn:    {"tracker-changed-in", []field{fA, fB}, []field{fWords}, true},
+	OpOpen:                  {"open", []field{fA, fB, fX, fY, fStr}, []field{fX, fY, fData}, false},
+	OpCopy:                  {"copy", []field{fDst, fSrc}, nil, false},
+	OpFill:                  {"fill", []field{fDst, fA}, nil, false},
+	OpWrite:                 {"write", []field{fDst, fData}, nil, false},
+	OpRead:                  {"read", []field{fSrc, fX}, []field{fData}, false},
+	OpSaxpy:                 {"saxpy", []field{fX, fA, fSrc, fDst}, nil, false},
+	OpStencil:               {"stencil", []field{fA, fB, fSrc, fDst}, nil, false},
+	OpRender:                {"render", []field{fA, fB, fX, fDst}, nil, false},
+	OpSync:                  {"sync", nil, nil, false},
+	OpLoadModule:            {"load-module", []field{fC, fB, fA, fStr, fData}, nil, false},
+	OpUnloadModule:          {"unload-module", []field{fC}, nil, false},
+	OpLaunchModule:          {"launch-module", []field{fC, fWords}, []field{fDst}, false},
+	OpLaunchModuleParams:    {"launch-module-params", []field{fC, fX, fData}, []field{fDst}, false},
+	OpLaunchGrid:            {"launch-grid", []field{fC, fGrid, fData}, nil, false},
+	OpPlace:                 {"place", []field{fX}, []field{fX}, false},
+	OpPlaceLocal:            {"place-local", []field{fX}, []field{fX}, false},
+	OpLoadLocal:             {"load-local", []field{fWords, fData}, nil, false},
+	OpClose:                 {"close", nil, nil, false},
+	OpStats:                 {"stats", nil, []field{fWords}, true},
+	OpModelWrite:            {"model-write", []field{fX, fData}, nil, true},
+	OpTrackerOpen:           {"tracker-open", nil, []field{fA}, true},
+	OpTrackerSnapshot:       {"tracker-snapshot", []field{fA, fB}, []field{fData}, true},
+	OpTrackerChanged:        {"tracker-changed", nil, []field{fWords}, true},
+	OpTrackerRead:           {"tracker-read", []field{fWords}, []field{fData}, true},
+	OpTrackerClose:          {"tracker-close", nil, nil, true},
+	OpLanded:                {"landed", nil, nil, false},
+	OpWriteBulk:             {"write-bulk", []field{fDst, fBulk}, nil, false},
+	OpReadBulk:              {"read-bulk", []field{fSrc, fBulk}, nil, false},
+	OpLoadLocalBulk:         {"load-local-bulk", []field{fWords, fBulk}, nil, false},
+	OpTrackerSnapshotBulk:   {"tracker-snapshot-bulk", []field{fA, fB, fBulk}, nil, true},
+	OpTrackerReadBulk:       {"tracker-read-bulk", []field{fWords, fBulk}, nil, true},
+	OpTrackerChangedIn:      {"tracker-changed-in", []field{fA, fB}, []field{fWords}, true},
+	OpTrackerReadHashedBulk: {"tracker-read-hashed-bulk", []field{fWords, fBulk}, []field{fWords}, true},
 }
 
 // errorLayout is a KindError payload: A the sentinel bits (errBits), B a
