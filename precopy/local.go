@@ -29,7 +29,8 @@ import (
 
 // localPages is device-local memory a back end keeps where the host
 // cannot read it, read through the back end and checked by hashing
-// (nvidia.LocalTracker implements it).
+// (nvidia.LocalTracker implements it). ChangedIn may run on one goroutine
+// beside Read on another; other calls come one at a time.
 type localPages interface {
 	// Snapshot copies pages [first, first+n) into buf and records the
 	// hashes of exactly those bytes (while the VM runs).
@@ -56,7 +57,7 @@ type localState struct {
 	dev    []byte       // vgpu.DeviceMemory: graphics memory, then local memory
 	first  int          // device page number of local page 0: graphics memory's pages
 
-	mu  sync.Mutex // orders gpu's use against close (a rollback may race a pre-copy)
+	mu  sync.RWMutex // orders gpu's use against close (a rollback may race a pre-copy); read-locked by each use
 	gpu localPages // NVIDIA back end; nil with marks
 }
 
@@ -89,10 +90,13 @@ func (l *localState) pages() int {
 	return l.n
 }
 
-// withGPU runs f on the back end's reader unless close has run.
+// withGPU runs f on the back end's reader unless close has run. Two may
+// run at once: the stop phase's hash (ChangedIn) beside its reads, which
+// the readers allow (nvidia.LocalTracker; a GPU worker's tracker answers
+// them on connections of their own).
 func (l *localState) withGPU(f func(localPages) error) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	l.mu.RLock()
+	defer l.mu.RUnlock()
 	if l.gpu == nil {
 		return errLocalClosed
 	}

@@ -189,8 +189,10 @@ func TestGPULocalLoadsDuringStop(t *testing.T) {
 	}
 }
 
-// TestGPULocalLoadFails: a load to the GPU failing mid-stop (the third
-// load of the stop phase's pages, 256-page chunks), or an extra stream
+// TestGPULocalLoadFails: a load to the GPU failing mid-stop (the first
+// load of the stop phase's pages: how many loads the pages take depends on
+// how they queue against the loader, which takes the whole queue at a
+// time, so a later one may never come), or an extra stream
 // killed while local pages go over it, fails Receive — with the injected
 // error where a load failed — and no loader nor extra stream's reader
 // outlives it; the source is refused and rolls back.
@@ -201,8 +203,8 @@ func TestGPULocalLoadFails(t *testing.T) {
 		failAt  int  // the load that fails
 		kill    bool // cut extra stream 1 after its second batch
 	}{
-		{name: "load/streams=1", streams: 1, failAt: 3},
-		{name: "load/streams=4", streams: 4, failAt: 3},
+		{name: "load/streams=1", streams: 1, failAt: 1},
+		{name: "load/streams=4", streams: 4, failAt: 1},
 		{name: "stream killed/streams=4", streams: 4, kill: true},
 	} {
 		t.Run(c.name, func(t *testing.T) {

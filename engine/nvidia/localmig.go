@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/bits"
 	"slices"
+	"sync"
 
 	"github.com/gmig-dev/gmig/internal/cuda"
 	"github.com/gmig-dev/gmig/internal/parcopy"
@@ -35,12 +36,19 @@ const LocalMethod = "gpu-hash"
 
 // LocalTracker reads a back end's device-local memory for a migration and
 // finds the pages that changed since they were read. Safe for use by one
-// goroutine at a time, beside the engine's use of the back end; the back
-// end must not be closed or re-placed (PlaceLocal) while it is in use.
+// goroutine at a time, beside the engine's use of the back end — but for
+// Changed and ChangedIn, which may run on a second goroutine beside Read
+// and ReadHashed (a stop phase reads the first range's changed pages
+// while the GPU hashes the next): they have a stream of their own and
+// touch nothing a read uses but the per-page hashes of finished ranges.
+// The back end must not be closed or re-placed (PlaceLocal) while it is
+// in use.
 type LocalTracker struct {
 	b     *NVIDIA
 	pages int
 
+	cmp      cuda.Stream // Changed's and ChangedIn's
+	mu       sync.Mutex  // fresh, between the comparing goroutine and a reading one
 	stream   cuda.Stream
 	stage    cuda.DevPtr // stageBytes of device staging
 	host     []byte      // stageBytes of pinned host staging: staging's PCIe copies run at DMA speed
@@ -80,6 +88,9 @@ func (t *LocalTracker) alloc() error {
 	if t.stream, err = d.NewStream(); err != nil {
 		return err
 	}
+	if t.cmp, err = d.NewStream(); err != nil {
+		return err
+	}
 	if t.stage, err = d.Alloc(stageBytes); err != nil {
 		return err
 	}
@@ -117,16 +128,18 @@ func (t *LocalTracker) Snapshot(first, n int, buf []byte) error {
 		if err := t.copyPieces(ps); err != nil {
 			return err
 		}
-		if err := t.hash(uint64(t.stage), uint64(k), uint64(t.sums)+8*uint64(p)); err != nil {
+		if err := t.hash(t.stream, uint64(t.stage), uint64(k), uint64(t.sums)+8*uint64(p)); err != nil {
 			return err
 		}
 		if err := t.fetch(buf[done*pageBytes : (done+k)*pageBytes]); err != nil {
 			return err
 		}
+		t.mu.Lock()
 		for i := p; i < p+k; i++ {
 			t.unsent[i/64] &^= 1 << (i % 64)
 			t.fresh[i/64] &^= 1 << (i % 64)
 		}
+		t.mu.Unlock()
 		done += k
 	}
 	return nil
@@ -139,10 +152,10 @@ func (t *LocalTracker) Snapshot(first, n int, buf []byte) error {
 // orders them without a sort (16 GiB of local memory: 64 Ki words).
 func (t *LocalTracker) Changed() ([]int, error) {
 	n := uint64(t.pages)
-	if err := t.hash(t.b.DeviceAddrBase(), n, uint64(t.now)); err != nil {
+	if err := t.hash(t.cmp, t.b.DeviceAddrBase(), n, uint64(t.now)); err != nil {
 		return nil, err
 	}
-	diff, err := t.list.run(t.b.g, t.b.dev, t.stream, t.sums, t.now, n)
+	diff, err := t.list.run(t.b.g, t.b.dev, t.cmp, t.sums, t.now, n)
 	if err != nil {
 		return nil, err
 	}
@@ -177,10 +190,10 @@ func (t *LocalTracker) ChangedIn(first, n int) ([]int, error) {
 		return nil, nil
 	}
 	off := 8 * uint64(first)
-	if err := t.hash(t.b.DeviceAddrBase()+uint64(first)*pageBytes, uint64(n), uint64(t.now)+off); err != nil {
+	if err := t.hash(t.cmp, t.b.DeviceAddrBase()+uint64(first)*pageBytes, uint64(n), uint64(t.now)+off); err != nil {
 		return nil, err
 	}
-	diff, err := t.list.run(t.b.g, t.b.dev, t.stream, t.sums+cuda.DevPtr(off), t.now+cuda.DevPtr(off), uint64(n))
+	diff, err := t.list.run(t.b.g, t.b.dev, t.cmp, t.sums+cuda.DevPtr(off), t.now+cuda.DevPtr(off), uint64(n))
 	if err != nil {
 		return nil, err
 	}
@@ -237,6 +250,8 @@ func (t *LocalTracker) Read(pages []int, buf []byte) error {
 // markFresh records that now holds the hashes of pages [first, first+n)
 // as they are.
 func (t *LocalTracker) markFresh(first, n int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	for p := first; p < first+n; {
 		if p%64 == 0 && p+64 <= first+n {
 			t.fresh[p/64] = ^uint64(0)
@@ -246,6 +261,22 @@ func (t *LocalTracker) markFresh(first, n int) {
 		t.fresh[p/64] |= 1 << (p % 64)
 		p++
 	}
+}
+
+// checkFresh checks that every page is in range and has its hash of now
+// (markFresh).
+func (t *LocalTracker) checkFresh(pages []int) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, p := range pages {
+		if p < 0 || p >= t.pages {
+			return fmt.Errorf("nvidia: local page %d out of range [0, %d)", p, t.pages)
+		}
+		if t.fresh[p/64]&(1<<(p%64)) == 0 {
+			return fmt.Errorf("nvidia: local page %d has no hash of the stop (no Changed or ChangedIn over it since its snapshot)", p)
+		}
+	}
+	return nil
 }
 
 // readHashedPages is how many pages ReadHashed gathers per staging chunk:
@@ -265,13 +296,8 @@ func (t *LocalTracker) ReadHashed(pages []int, buf []byte, sums []uint64) (bool,
 	if len(buf) < len(pages)*pageBytes || len(sums) < len(pages) {
 		return false, fmt.Errorf("nvidia: %d local pages into %d bytes and %d hashes", len(pages), len(buf), len(sums))
 	}
-	for _, p := range pages {
-		if p < 0 || p >= t.pages {
-			return false, fmt.Errorf("nvidia: local page %d out of range [0, %d)", p, t.pages)
-		}
-		if t.fresh[p/64]&(1<<(p%64)) == 0 {
-			return false, fmt.Errorf("nvidia: local page %d has no hash of the stop (no Changed or ChangedIn over it since its snapshot)", p)
-		}
+	if err := t.checkFresh(pages); err != nil {
+		return false, err
 	}
 	base := t.b.DeviceAddrBase()
 	for done := 0; done < len(pages); {
@@ -323,13 +349,14 @@ func (t *LocalTracker) copyPieces(ps []nvPiece) error {
 	return nil
 }
 
-// hash runs gmig_xxh64_pages over n pages at base into out and waits.
-func (t *LocalTracker) hash(base, n, out uint64) error {
+// hash runs gmig_xxh64_pages over n pages at base into out on stream s
+// and waits.
+func (t *LocalTracker) hash(s cuda.Stream, base, n, out uint64) error {
 	grid := uint32((4*n + blockThreads - 1) / blockThreads)
-	if err := t.b.dev.Launch(t.b.g.fn.hashPages, grid, blockThreads, t.stream, base, 0, n, out); err != nil {
+	if err := t.b.dev.Launch(t.b.g.fn.hashPages, grid, blockThreads, s, base, 0, n, out); err != nil {
 		return err
 	}
-	return t.b.dev.Sync(t.stream)
+	return t.b.dev.Sync(s)
 }
 
 // fetch copies the start of staging into dst (at most stageBytes)
@@ -384,9 +411,11 @@ func (t *LocalTracker) Close() error {
 			*p = 0
 		}
 	}
-	if t.stream != 0 {
-		keep(d.DestroyStream(t.stream))
-		t.stream = 0
+	for _, st := range []*cuda.Stream{&t.stream, &t.cmp} {
+		if *st != 0 {
+			keep(d.DestroyStream(*st))
+			*st = 0
+		}
 	}
 	return first
 }

@@ -44,7 +44,9 @@ type Config struct {
 // order; LaunchGrid is posted (no round trip; a failure answers the next
 // call); side calls (Stats, ModelWrite, the local tracker) go over a
 // second connection so that they run beside the engine's, as on the
-// in-process back end. Like every engine.Backend its engine methods are
+// in-process back end; the local tracker's comparisons (Changed,
+// ChangedIn) over a third, so that a stop phase's hash of the next range
+// runs beside its read of the last one's pages. Like every engine.Backend its engine methods are
 // called by one goroutine at a time (the engine's); DeviceAddrBase,
 // Stats, ModelWrite, a local tracker and Close may be called from any.
 type Client struct {
@@ -53,6 +55,7 @@ type Client struct {
 	cmd  *exec.Cmd
 	eng  *conn
 	side *conn
+	cmp  *conn  // the local tracker's Changed and ChangedIn
 	bulk []byte // the bulk buffer (bulk.go), mapped; nil once unmapped
 	// views: the local tracker handed out views of the bulk buffer
 	// (sideViews), so unmapBulk replaces the mapping rather than unmap it.
@@ -136,16 +139,17 @@ func Start(cfg Config) (*Client, error) {
 	}
 	sideC, sideW, err := socketPair()
 	if err != nil {
-		engC.Close()
-		engW.Close()
+		closeFiles(engC, engW)
+		return nil, err
+	}
+	cmpC, cmpW, err := socketPair()
+	if err != nil {
+		closeFiles(engC, engW, sideC, sideW)
 		return nil, err
 	}
 	bulkF, bulk, err := newBulk(cfg.Name)
 	if err != nil {
-		engC.Close()
-		engW.Close()
-		sideC.Close()
-		sideW.Close()
+		closeFiles(engC, engW, sideC, sideW, cmpC, cmpW)
 		return nil, err
 	}
 	defer bulkF.Close() // the worker has its own descriptor, both the mapping
@@ -153,22 +157,20 @@ func Start(cfg Config) (*Client, error) {
 		Path:       "/proc/self/exe", // this very executable, even if replaced on disk since
 		Args:       []string{"gmig-gpu-worker", cfg.Name},
 		Env:        append(os.Environ(), WorkerEnv+"="+cfg.Name),
-		ExtraFiles: []*os.File{engW, sideW, cfg.Memfd, bulkF},
+		ExtraFiles: []*os.File{engW, sideW, cfg.Memfd, bulkF, cmpW},
 		Stdout:     os.Stderr,
 		Stderr:     os.Stderr,
 	}
 	err = cmd.Start()
-	engW.Close()
-	sideW.Close()
+	closeFiles(engW, sideW, cmpW)
 	if err != nil {
-		engC.Close()
-		sideC.Close()
+		closeFiles(engC, sideC, cmpC)
 		_ = syscall.Munmap(bulk)
 		return nil, fmt.Errorf("gpuproc: starting the GPU worker of vGPU %s: %w", cfg.Name, err)
 	}
 	c := &Client{cfg: cfg, cmd: cmd, bulk: bulk, handles: map[uint32]bool{}, exited: make(chan struct{})}
 	c.log = cfg.Log.With().Int("gpu_worker_pid", cmd.Process.Pid).Logger()
-	c.eng, c.side = newConn(engC), newConn(sideC)
+	c.eng, c.side, c.cmp = newConn(engC), newConn(sideC), newConn(cmpC)
 	c.posts.wake = make(chan struct{}, 1)
 	go c.supervise()
 	go c.poster()
@@ -187,6 +189,14 @@ func socketPair() (mine, theirs *os.File, err error) {
 		return nil, nil, fmt.Errorf("gpuproc: socketpair: %w", err)
 	}
 	return os.NewFile(uintptr(fds[0]), "gpu-worker"), os.NewFile(uintptr(fds[1]), "gpu-worker"), nil
+}
+
+// closeFiles closes fs (the descriptors of a start that failed, or the
+// worker's ends once it has them).
+func closeFiles(fs ...*os.File) {
+	for _, f := range fs {
+		f.Close()
+	}
 }
 
 func newConn(c *os.File) *conn { return &conn{c: c, fd: int(c.Fd()), fr: newFrameReader(c)} }
@@ -213,6 +223,7 @@ func (c *Client) supervise() {
 	}
 	c.eng.shut()
 	c.side.shut()
+	c.cmp.shut()
 	close(c.exited)
 }
 
@@ -386,6 +397,7 @@ func (c *Client) Close() error {
 	}
 	c.eng.shut() // the worker exits when its engine connection closes
 	c.side.shut()
+	c.cmp.shut()
 	<-c.exited
 	c.unmapBulk()
 	c.log.Info().Str("exit", c.cmd.ProcessState.String()).Msg("gpuproc: GPU worker stopped")

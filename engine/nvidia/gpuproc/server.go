@@ -34,8 +34,14 @@ type server struct {
 	deferred error  // a posted LAUNCH_GRID's failure, for the next call
 
 	// Side connection only (its goroutine).
-	sbuf    []byte
-	tracker nvidia.LocalReader
+	sbuf []byte
+	// Comparison connection only (its goroutine).
+	cbuf []byte
+	// The local tracker: opened and closed on the side connection, used on
+	// it and on the comparison connection (trackerMu: read-locked while
+	// in use, locked to open or close it).
+	trackerMu sync.RWMutex
+	tracker   nvidia.LocalReader
 
 	closeOnce sync.Once
 }
@@ -92,14 +98,36 @@ var handlers = [opCount]handler{
 	OpTrackerReadHashedBulk: (*server).trackerReadHashedBulk,
 }
 
+// connKind is which of a worker's connections a serve loop answers.
+type connKind uint8
+
+const (
+	connEngine connKind = iota // the engine's calls, in order
+	connSide                   // side calls (layout.side)
+	connCmp                    // the local tracker's comparisons alone (cmpOp)
+)
+
+func (k connKind) String() string {
+	return [...]string{"engine", "side", "comparison"}[k]
+}
+
+// cmpOp reports whether op goes on the comparison connection (and no
+// other goes there): the local tracker's Changed and ChangedIn, which
+// use no bulk region and run beside the side connection's reads.
+func cmpOp(op Op) bool { return op == OpTrackerChanged || op == OpTrackerChangedIn }
+
 // serve answers requests from r, writing to w, until r fails (the client
-// closed, or after OpClose); side says which connection it is.
-func (s *server) serve(r io.Reader, w io.Writer, side bool) error {
+// closed, or after OpClose); kind says which connection it is.
+func (s *server) serve(r io.Reader, w io.Writer, kind connKind) error {
 	fr := newFrameReader(r)
 	buf := &s.wbuf
-	if side {
+	switch kind {
+	case connSide:
 		buf = &s.sbuf
+	case connCmp:
+		buf = &s.cbuf
 	}
+	side := kind != connEngine
 	for {
 		h, m, err := fr.next()
 		if err != nil {
@@ -108,7 +136,7 @@ func (s *server) serve(r io.Reader, w io.Writer, side bool) error {
 			}
 		}
 		if err == nil {
-			err = s.check(h, side)
+			err = s.check(h, kind)
 		}
 		var rep Msg
 		if err == nil {
@@ -143,9 +171,12 @@ func ptr[T any](v T) *T { return &v }
 
 // check refuses a request on the wrong connection or before the back end
 // is open.
-func (s *server) check(h Header, side bool) error {
+func (s *server) check(h Header, kind connKind) error {
 	l := layouts[h.Op]
+	side := kind != connEngine
 	switch {
+	case kind == connCmp && !cmpOp(h.Op):
+		return fmt.Errorf("%w: %s on the %s connection", ErrMalformed, h.Op, kind)
 	case h.Kind != KindCall && h.Kind != KindPost:
 		return fmt.Errorf("%w: a %s frame from the client", ErrMalformed, kindName(h.Kind))
 	case h.Kind == KindPost && h.Op != OpLaunchGrid:
@@ -172,6 +203,15 @@ func (s *server) check(h Header, side bool) error {
 // it, as the in-process back end's Sync reports a kernel's failure and
 // still writes back).
 func (s *server) dispatch(h Header, m *Msg, side bool) (Msg, error) {
+	switch h.Op {
+	case OpTrackerOpen, OpTrackerClose:
+		s.trackerMu.Lock()
+		defer s.trackerMu.Unlock()
+	case OpTrackerSnapshot, OpTrackerChanged, OpTrackerChangedIn, OpTrackerRead,
+		OpTrackerSnapshotBulk, OpTrackerReadBulk, OpTrackerReadHashedBulk:
+		s.trackerMu.RLock() // the side and comparison connections at once
+		defer s.trackerMu.RUnlock()
+	}
 	if !side && s.deferred != nil && h.Kind == KindCall {
 		err := s.deferred
 		s.deferred = nil

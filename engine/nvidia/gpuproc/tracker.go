@@ -8,7 +8,9 @@ import (
 )
 
 // The migration's reader of device-local memory, in the worker
-// (nvidia.LocalTracker there), through the side connection.
+// (nvidia.LocalTracker there), through the side connection; its
+// comparisons (Changed, ChangedIn) through the comparison connection, so
+// that they run beside its reads, as the LocalTracker allows.
 
 // NewLocalTracker opens the worker's reader of device-local memory (one
 // at a time).
@@ -67,7 +69,7 @@ func (t *tracker) Snapshot(first, n int, buf []byte) error {
 }
 
 func (t *tracker) Changed() ([]int, error) {
-	rep, err := t.c.call(t.c.side, OpTrackerChanged, &Msg{})
+	rep, err := t.c.call(t.c.cmp, OpTrackerChanged, &Msg{})
 	if err != nil {
 		return nil, err
 	}
@@ -87,7 +89,7 @@ func (t *tracker) ChangedIn(first, n int) ([]int, error) {
 	if first < 0 || n < 0 || first+n > t.pages {
 		return nil, fmt.Errorf("gpuproc: local pages [%d, +%d) of %d", first, n, t.pages)
 	}
-	rep, err := t.c.call(t.c.side, OpTrackerChangedIn, &Msg{A: uint32(first), B: uint32(n)})
+	rep, err := t.c.call(t.c.cmp, OpTrackerChangedIn, &Msg{A: uint32(first), B: uint32(n)})
 	if err != nil {
 		return nil, err
 	}

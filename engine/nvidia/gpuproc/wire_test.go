@@ -131,14 +131,14 @@ func FuzzDecodeFrame(f *testing.F) {
 // TestServerAnswersMalformed: the worker's request loop answers a request
 // it cannot take with an error and goes on: one before open, one whose
 // payload does not decode, one on the wrong connection; then it opens and
-// serves.
+// serves, and its comparison connection refuses what is not a comparison.
 func TestServerAnswersMalformed(t *testing.T) {
 	t.Setenv(nvidia.ModelEnv, "1")
 	s := &server{log: zerolog.Nop(), window: make([]byte, 1<<20), bulk: make([]byte, BulkSize), ready: make(chan struct{})}
 	client, worker := net.Pipe()
 	defer client.Close()
 	done := make(chan error, 1)
-	go func() { done <- s.serve(worker, worker, false) }()
+	go func() { done <- s.serve(worker, worker, connEngine) }()
 	fr := newFrameReader(client)
 	exchange := func(frame []byte) (Header, Msg) {
 		t.Helper()
@@ -181,6 +181,28 @@ func TestServerAnswersMalformed(t *testing.T) {
 	}
 	if h, m := exchange(write(4096)); h.Kind != KindReply || string(s.window[64:70]) != "engine" {
 		t.Errorf("write-bulk: %s %q, window %q", kindName(h.Kind), m.Str, s.window[64:70])
+	}
+	// The comparison connection takes the tracker's comparisons alone:
+	// a side call there is refused, a comparison reaches the tracker (none
+	// is open: its own error, not the connection's).
+	cc, cw := net.Pipe()
+	defer cc.Close()
+	go func() { _ = s.serve(cw, cw, connCmp) }()
+	cfr := newFrameReader(cc)
+	for _, c := range []struct {
+		op        Op
+		malformed bool
+	}{{OpStats, true}, {OpTrackerReadBulk, true}, {OpTrackerChangedIn, false}} {
+		if _, err := cc.Write(appendFrame(nil, KindCall, c.op, &Msg{B: 1})); err != nil {
+			t.Fatal(err)
+		}
+		h, m, err := cfr.next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Kind != KindError || errors.Is(remoteErrorOf(m), ErrMalformed) != c.malformed {
+			t.Errorf("%s on the comparison connection: %s %q, want an error (malformed: %v)", c.op, kindName(h.Kind), m.Str, c.malformed)
+		}
 	}
 	if h, _ := exchange(appendFrame(nil, KindCall, OpClose, &Msg{})); h.Kind != KindReply {
 		t.Fatal("close refused")

@@ -25,12 +25,14 @@ const WorkerEnv = "GMIG_GPU_WORKER"
 
 // The descriptors a worker is handed (exec.Cmd.ExtraFiles, from 3): the
 // engine connection, the side connection, the partition's memfd (its
-// aperture at offset 0) and the bulk buffer's memfd (bulk.go).
+// aperture at offset 0), the bulk buffer's memfd (bulk.go) and the
+// comparison connection (the local tracker's Changed and ChangedIn).
 const (
 	fdEngine = 3
 	fdSide   = 4
 	fdMemfd  = 5
 	fdBulk   = 6
+	fdCmp    = 7
 )
 
 func init() {
@@ -64,6 +66,10 @@ func runWorker(log zerolog.Logger) error {
 	if err != nil {
 		return err
 	}
+	cmp, err := fileConn(fdCmp, "comparison")
+	if err != nil {
+		return err
+	}
 	window, err := mapMemfd(fdMemfd)
 	if err != nil {
 		return err
@@ -73,12 +79,17 @@ func runWorker(log zerolog.Logger) error {
 		return err
 	}
 	s := &server{log: log, window: window, bulk: bulk, ready: make(chan struct{})}
-	go func() {
-		if err := s.serve(side, side, true); err != nil && !errors.Is(err, io.EOF) {
-			log.Warn().Err(err).Msg("gpuproc: side connection")
-		}
-	}()
-	err = s.serve(eng, eng, false)
+	for _, c := range []struct {
+		f    *os.File
+		kind connKind
+	}{{side, connSide}, {cmp, connCmp}} {
+		go func() {
+			if err := s.serve(c.f, c.f, c.kind); err != nil && !errors.Is(err, io.EOF) {
+				log.Warn().Err(err).Str("connection", c.kind.String()).Msg("gpuproc: connection failed")
+			}
+		}()
+	}
+	err = s.serve(eng, eng, connEngine)
 	if cerr := s.close(); cerr != nil {
 		log.Warn().Err(cerr).Msg("gpuproc: closing the back end")
 	}
