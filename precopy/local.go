@@ -58,7 +58,7 @@ type localState struct {
 	first  int          // device page number of local page 0: graphics memory's pages
 
 	mu  sync.RWMutex // orders gpu's use against close (a rollback may race a pre-copy); read-locked by each use
-	gpu localPages // NVIDIA back end; nil with marks
+	gpu localPages   // NVIDIA back end; nil with marks
 }
 
 // newLocal returns the local state of v, whose graphics memory has
