@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/gmig-dev/gmig/abi"
 )
@@ -257,6 +258,10 @@ func (e *Engine) restoreModules(s State, old map[uint32]Module) error {
 		return nil
 	}
 	e.unloadModules(old)
+	t := time.Now()
+	defer func() {
+		e.log.Info().Int("modules", len(s.Modules)).Dur("took", time.Since(t)).Msg("engine: guest modules loaded for the restored state")
+	}()
 	for i, m := range s.Modules {
 		if err := e.cfg.Backend.LoadModule(m.Handle, m); err != nil {
 			for _, l := range s.Modules[:i] {

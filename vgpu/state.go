@@ -3,6 +3,7 @@ package vgpu
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/gmig-dev/gmig/engine"
 	"github.com/gmig-dev/gmig/gtt"
@@ -88,19 +89,23 @@ func (v *VGPU) Restore(s State) error {
 	if v.gpu != nil {
 		oldBase = v.gpu.DeviceAddrBase()
 	}
+	t0 := time.Now()
 	if err := v.placeLocal(s.Engine.DeviceAddrBase); err != nil {
 		_ = v.gtt.Restore(oldGTT)
 		_ = v.pci.Restore(oldPCI)
 		return fmt.Errorf("%w: %w", ErrState, err)
 	}
+	t1 := time.Now()
 	if err := v.eng.Restore(s.Engine); err != nil {
 		_ = v.placeLocal(oldBase)
 		_ = v.gtt.Restore(oldGTT)
 		_ = v.pci.Restore(oldPCI)
 		return fmt.Errorf("%w: engine: %w", ErrState, err)
 	}
+	t2 := time.Now()
 	v.regs.Restore(s.Regs)
-	v.log.Info().Uint64("pool_offset", v.part.Offset).Msg("vgpu state restored")
+	v.log.Info().Uint64("pool_offset", v.part.Offset).Dur("place_local", t1.Sub(t0)).Dur("engine", t2.Sub(t1)).
+		Int("modules", len(s.Engine.Modules)).Msg("vgpu state restored")
 	return nil
 }
 
