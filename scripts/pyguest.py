@@ -57,8 +57,16 @@ import sys
 SITE = {site!r}
 
 
+_opened = set()
+
+
+def _audit(event, args):
+    if event == "open" and args and isinstance(args[0], str):
+        _opened.add(os.path.abspath(args[0]))
+
+
 def _trace(path):
-    files = []
+    files = ["O " + f for f in _opened]
     for m in list(sys.modules.values()):
         f = getattr(m, "__file__", None)
         if isinstance(f, str):
@@ -75,6 +83,7 @@ def _trace(path):
 if os.environ.get("GMIG_PYGUEST_TRACE"):
     import atexit
     atexit.register(_trace, os.environ["GMIG_PYGUEST_TRACE"])
+    sys.addaudithook(_audit)
 sys.path.insert(0, SITE)
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
@@ -120,6 +129,7 @@ class Layout:
         self.sites.add(os.path.dirname(os.path.realpath(script)))
         self.sites -= {self.stdlib, self.dynload}
         self.files = {}  # destination -> host file
+        self.links = {}  # destination -> what the link holds
 
     def add(self, dst, src):
         old = self.files.get(dst)
@@ -127,8 +137,11 @@ class Layout:
             fail(f"{src} and {old} would both be {dst}")
         self.files[dst] = src
 
-    def module(self, path):
-        """A module's file (and its cached bytecode, where the host has it)."""
+    def module(self, path, required=True):
+        """A module's file (and its cached bytecode, where the host has it),
+        or a file the script opened under the interpreter's directories (a
+        package's data, its distribution's metadata); False when it is
+        under none of them and not required."""
         real = os.path.realpath(path)
         roots = [(self.dynload, self.pylib + "/lib-dynload"), (self.stdlib, self.pylib)]
         roots += [(s, self.prefix + "/site") for s in self.sites]
@@ -137,20 +150,46 @@ class Layout:
             if real.startswith(root + os.sep) and (best is None or len(root) > len(best[0])):
                 best = (root, dst)
         if best is None:
-            fail(f"module file {path} is under none of the interpreter's directories")
+            if required:
+                fail(f"module file {path} is under none of the interpreter's directories")
+            return False
         rel = os.path.relpath(real, best[0])
         self.add(f"{best[1]}/{rel}", real)
         if real.endswith(".py"):
             try:
                 pyc = importlib.util.cache_from_source(real)
             except NotImplementedError:
-                return
+                return True
             if os.path.isfile(pyc):
                 self.add(f"{best[1]}/{os.path.relpath(pyc, best[0])}", pyc)
+        return True
 
     def shared(self, path):
-        """A shared object the process mapped (not a module)."""
-        self.add(f"{self.prefix}/lib/{os.path.basename(path)}", os.path.realpath(path))
+        """A shared object the process mapped (not a module), under its
+        file's name and, as links, the shorter names beside it that lead to
+        it (/proc/self/maps names libffi.so.8.1.2; the loader wants its
+        soname, libffi.so.8)."""
+        real = os.path.realpath(path)
+        base = os.path.basename(real)
+        self.add(f"{self.prefix}/lib/{base}", real)
+        for alias in aliases(base):
+            if os.path.realpath(os.path.join(os.path.dirname(path), alias)) == real:
+                self.links[f"{self.prefix}/lib/{alias}"] = base
+
+
+def aliases(base):
+    """The shorter names of a shared object's file: libffi.so.8.1.2 gives
+    libffi.so, libffi.so.8 and libffi.so.8.1."""
+    j = base.find(".so")
+    out = []
+    if j < 0:
+        return out
+    j += 3
+    while j > 0:
+        if base[:j] != base:
+            out.append(base[:j])
+        j = base.find(".", j + 1)
+    return out
 
 
 def trace(script, args, boot):
@@ -179,6 +218,15 @@ def closure(prefix, script, listed, boot_src):
         if kind == "M" and os.path.isfile(path):
             modules.add(os.path.realpath(path))
             lay.module(path)
+    # Other files the script opened (data, metadata) where they lie under
+    # the interpreter's directories; the rest (/proc, /dev, /etc) is the
+    # guest's own.
+    nopened = 0
+    for entry in listed:
+        kind, _, path = entry.partition(" ")
+        real = os.path.realpath(path)
+        if kind == "O" and real not in modules and os.path.isfile(real) and real != os.path.realpath(script):
+            nopened += lay.module(real, required=False)
     nshared = 0
     for entry in listed:
         kind, _, path = entry.partition(" ")
@@ -202,7 +250,7 @@ def closure(prefix, script, listed, boot_src):
     if not any(d.startswith(f"{prefix}/lib/ld-linux") for d in lay.files):
         fail("no ld-linux in the native run's maps")
     lay.add(f"{prefix}/{os.path.basename(script)}", os.path.realpath(script))
-    return lay, len(modules), nshared
+    return lay, len(modules), nshared, nopened
 
 
 class Newc:
@@ -239,6 +287,10 @@ class Newc:
         self.mkdirs(os.path.dirname(name))
         self.entry(name.strip("/"), stat.S_IFREG | mode, data, mtime)
 
+    def symlink(self, name, target):
+        self.mkdirs(os.path.dirname(name))
+        self.entry(name.strip("/"), stat.S_IFLNK | 0o777, target.encode())
+
     def close(self):
         self.entry("TRAILER!!!", 0)
         self.out.write(b"\0" * (-self.out.tell() % 512))
@@ -261,7 +313,7 @@ def pack(a):
         with open(boot, "w") as f:
             f.write(boot_src)
         listed = trace(script, a.args, boot)
-    lay, nmod, nshared = closure(a.prefix, script, listed, boot_src)
+    lay, nmod, nshared, nopened = closure(a.prefix, script, listed, boot_src)
     argv = guest_argv(a.prefix, lay, script)
     if any("," in w or " " in w for w in argv + a.args):
         fail(f"a word of {argv} has a comma or a space: gmig.cuda cannot carry it")
@@ -276,6 +328,8 @@ def pack(a):
         w = Newc(out)
         for dst in sorted(lay.files):
             w.file(dst, src=lay.files[dst])
+        for dst in sorted(set(lay.links) - set(lay.files)):
+            w.symlink(dst, lay.links[dst])
         w.file(f"{a.prefix}/boot.py", data=boot_src.encode())
         w.close()
         total = out.tell() - start
@@ -283,7 +337,7 @@ def pack(a):
         with open(a.argv, "w") as f:
             f.write(",".join(argv) + "\n")
     print(f"pyguest: {sys.executable} (Python {sys.version.split()[0]}, prefix {sys.prefix}): "
-          f"{len(lay.files) + 1} files, {total / (1 << 20):.1f} MiB ({nmod} modules, {nshared} shared objects) "
+          f"{len(lay.files) + 1} files and {len(lay.links)} links, {total / (1 << 20):.1f} MiB ({nmod} modules, {nshared} shared objects, {nopened} other files opened) "
           f"under {a.prefix} in {a.out}" + (f" (appended to {a.base})" if a.base else ""))
     print(f"pyguest: the guest runs {' '.join(argv)} {' '.join(a.args)}")
 
