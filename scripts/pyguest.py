@@ -119,15 +119,16 @@ class Layout:
         ver = f"python{sys.version_info.major}.{sys.version_info.minor}"
         self.pylib = f"{prefix}/lib/{ver}"
         paths = sysconfig.get_paths()
-        self.stdlib = os.path.realpath(paths["stdlib"])
-        self.dynload = os.path.realpath(os.path.join(paths["platstdlib"], "lib-dynload"))
+        self.stdlib = os.path.abspath(paths["stdlib"])
+        self.dynload = os.path.abspath(os.path.join(paths["platstdlib"], "lib-dynload"))
         dest = sysconfig.get_config_var("DESTSHARED")
         if dest and os.path.isdir(dest):
-            self.dynload = os.path.realpath(dest)
+            self.dynload = os.path.abspath(dest)
         # Every other directory modules came from: sys.path's, the script's.
-        self.sites = {os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)}
-        self.sites.add(os.path.dirname(os.path.realpath(script)))
-        self.sites -= {self.stdlib, self.dynload}
+        std = {os.path.realpath(self.stdlib), os.path.realpath(self.dynload)}
+        self.sites = {os.path.abspath(p) for p in sys.path if p and os.path.isdir(p)}
+        self.sites.add(os.path.dirname(os.path.abspath(script)))
+        self.sites = {p for p in self.sites if os.path.realpath(p) not in std}
         self.files = {}  # destination -> host file
         self.links = {}  # destination -> what the link holds
 
@@ -145,23 +146,29 @@ class Layout:
         real = os.path.realpath(path)
         roots = [(self.dynload, self.pylib + "/lib-dynload"), (self.stdlib, self.pylib)]
         roots += [(s, self.prefix + "/site") for s in self.sites]
+        # The path as Python names it first (Debian's stdlib sitecustomize.py
+        # is a link into /etc), then the file's own.
         best = None
-        for root, dst in roots:
-            if real.startswith(root + os.sep) and (best is None or len(root) > len(best[0])):
-                best = (root, dst)
+        for name in (os.path.abspath(path), real):
+            for root, dst in roots:
+                for r in {root, os.path.realpath(root)}:
+                    if name.startswith(r + os.sep) and (best is None or len(r) > len(best[0])):
+                        best = (r, dst, name)
+            if best is not None:
+                break
         if best is None:
             if required:
                 fail(f"module file {path} is under none of the interpreter's directories")
             return False
-        rel = os.path.relpath(real, best[0])
-        self.add(f"{best[1]}/{rel}", real)
-        if real.endswith(".py"):
+        root, dst, name = best
+        self.add(f"{dst}/{os.path.relpath(name, root)}", real)
+        if name.endswith(".py"):
             try:
-                pyc = importlib.util.cache_from_source(real)
+                pyc = importlib.util.cache_from_source(name)
             except NotImplementedError:
                 return True
             if os.path.isfile(pyc):
-                self.add(f"{best[1]}/{os.path.relpath(pyc, best[0])}", pyc)
+                self.add(f"{dst}/{os.path.relpath(pyc, root)}", pyc)
         return True
 
     def shared(self, path):
