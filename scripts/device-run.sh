@@ -20,14 +20,14 @@
 #      (process), and compare
 #   g  issue 18's programs in VMs: for each of $VM_PROGRAMS (vecadd matmul
 #      streams vecadd.py) one `gmigd demo -cuda-program` with a cuda vGPU
-#      (guest modules, local memory $G_LOCAL, 1G), migrated mid-run
+#      (guest modules, local memory $G_LOCAL, default 1G), migrated mid-run
 #      against a never-migrated VM: its downtime and "identical" or
 #      "DIFFERENT"; vecadd.py runs on this machine's python3 and
 #      cuda-python, packed into an initramfs layer (pyguest.py)
 # c's VMs: VM_MEMS (local memory sizes), VM_LIMIT (each VM step's limit,
 # s; 240), VM_ITERS (cuda-streams' iterations; 300), VM_PROGRAM (another
 # program), VM_LINES, VM_FLAGS. g's: VM_PROGRAMS, G_LOCAL, G_LIMIT (each
-# program's limit, s; 100), G_ARGS_vecadd, G_ARGS_matmul, G_ARGS_streams,
+# program's limit, s; 120), G_ARGS_vecadd, G_ARGS_matmul, G_ARGS_streams,
 # G_ARGS_vecadd_py (the program's arguments, comma-separated), VM_FLAGS.
 # -n (or DRY=1): what runs without a GPU: a is skipped, b, c and g run the
 # cuda back end on its software model (GMIG_CUDA_MODEL=1), c, d, e and g
@@ -280,7 +280,7 @@ part_c() {
 
 # ---- part g: issue 18's programs, each migrated in a VM.
 VM_PROGRAMS=${VM_PROGRAMS:-vecadd matmul streams vecadd.py}
-G_LIMIT=${G_LIMIT:-100}
+G_LIMIT=${G_LIMIT:-120}
 # Each program's arguments (ITERS PACE_MS as tests/cudaprogs_test.go runs
 # them, more iterations): under TCG the VMs boot in ~15 s and the
 # migration starts after G_LINES_* lines (a few iterations); at 100 ms an
@@ -328,7 +328,7 @@ py_layer() {
 
 part_g() {
 	echo "== g: issue 18's programs ($VM_PROGRAMS), each in a VM with a vGPU $VGPU_FLAGS -local-mem $G_LOCAL, live-migrated mid-run between two gmigd, against a never-migrated VM"
-	local p key prog lines initrd files out after
+	local p key prog args lines initrd files out after
 	for p in $VM_PROGRAMS; do
 		key=${p//./_}
 		initrd=()

@@ -95,7 +95,7 @@ ENCODINGS = ("__init__", "aliases", "utf_8", "ascii", "latin_1")
 
 # Shared objects the guest must not take from the host: NVIDIA's driver
 # library (gmig's libcuda.so.1 stands in for it) and what it loads.
-SKIP_PREFIXES = ("libcuda.so", "libnvidia-")
+SKIP_PREFIXES = ("libcuda.so", "libcudadebugger.so", "libnvidia-")
 
 
 def fail(msg):
