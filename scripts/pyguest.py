@@ -34,11 +34,14 @@ The interpreter finds its prefix from argv[0] (PREFIX/lib/pythonX.Y/os.py);
 -I keeps the host's PYTHON* variables and user site out; boot.py puts
 PREFIX/site on sys.path and runs SCRIPT as __main__. --argv FILE gets that
 command as gmig.cuda's comma-separated PROGRAM,ARG,... (without SCRIPT's
-ARGs). pack fails, with SCRIPT's output, when SCRIPT does not run natively.
+ARGs). pack fails, with SCRIPT's output, when SCRIPT does not run natively,
+or when a copy of the packed tree under a scratch prefix does not run it
+(-I, the same bootstrap and argv, the library path plus LD_LIBRARY_PATH).
 """
 import argparse
 import importlib.util
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -310,6 +313,35 @@ def guest_argv(prefix, lay, script):
             f"{prefix}/boot.py", f"{prefix}/{os.path.basename(script)}"]
 
 
+def check(lay, prefix, script, args):
+    """Runs script from a copy of the packed tree under a scratch prefix,
+    natively: what the guest lacks of Python's own (a module, a data file,
+    the interpreter's prefix) fails here first. Shared objects the copy
+    lacks may still come from this machine's loader cache: those the guest
+    finds out."""
+    with tempfile.TemporaryDirectory(prefix="pyguest-check-") as tmp:
+        for dst, src in lay.files.items():
+            os.makedirs(os.path.dirname(tmp + dst[len(prefix):]), exist_ok=True)
+            shutil.copy2(src, tmp + dst[len(prefix):])
+        for dst, target in lay.links.items():
+            if not os.path.lexists(tmp + dst[len(prefix):]):
+                os.symlink(target, tmp + dst[len(prefix):])
+        with open(f"{tmp}/boot.py", "w") as f:
+            f.write(BOOT.format(site=tmp + "/site"))
+        argv = [w.replace(prefix, tmp, 1) if w.startswith(prefix) else w for w in guest_argv(prefix, lay, script)]
+        # The library path as the guest's, plus this machine's
+        # LD_LIBRARY_PATH (where a libcuda.so.1 may be).
+        argv[2] = f"{tmp}/lib:" + os.environ.get("LD_LIBRARY_PATH", "")
+        env = {k: v for k, v in os.environ.items() if k != "GMIG_PYGUEST_TRACE" and not k.startswith("PYTHON")}
+        p = subprocess.run(argv + list(args), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if p.returncode != 0:
+            print(p.stdout[-3000:], file=sys.stderr)
+            fail(f"the packed tree does not run {os.path.basename(script)} (status {p.returncode}), "
+                 f"copied to {tmp} and run there: {' '.join(argv + list(args))}")
+        last = (p.stdout.strip().splitlines() or ["(no output)"])[-1]
+        print(f"pyguest: check: the packed tree, copied under another prefix, runs it: {last}")
+
+
 def pack(a):
     script = os.path.abspath(a.script)
     if not os.path.isfile(script):
@@ -322,6 +354,7 @@ def pack(a):
         listed = trace(script, a.args, boot)
     lay, nmod, nshared, nopened = closure(a.prefix, script, listed, boot_src)
     argv = guest_argv(a.prefix, lay, script)
+    check(lay, a.prefix, script, a.args)
     if any("," in w or " " in w for w in argv + a.args):
         fail(f"a word of {argv} has a comma or a space: gmig.cuda cannot carry it")
     total = 0
