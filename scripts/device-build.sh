@@ -13,7 +13,9 @@
 #   cuda-*                 cmd/libcuda/testdata's C programs, built here
 #                          against NVIDIA's cuda.h, linked to libcuda.so.1
 #                          (NVIDIA's on the device, or this one), and
-#                          vecadd.py where it exists
+#                          vecadd.py where it exists, with pyguest.py
+#                          (device-run.sh g packs the device's Python
+#                          for vecadd.py in the guest)
 #   device-run.sh          the run (device-run.sh -h)
 # Reads the provisioned root, guest image and cuda.h from $GMIG_CACHE
 # (default .cache). Prints the total; fails over 60 MiB (the device
@@ -76,7 +78,7 @@ for p in probe vecadd matmul streams launchrate copybw; do
 	gcc -O2 -I"$cache/cuda/include" -o "$out/cuda-$p" "$src" "$out/libcuda.so.1" -lm
 	needs_glibc "$out/cuda-$p"
 done
-[ -f cmd/libcuda/testdata/vecadd.py ] && cp cmd/libcuda/testdata/vecadd.py "$out/"
+[ -f cmd/libcuda/testdata/vecadd.py ] && cp cmd/libcuda/testdata/vecadd.py scripts/pyguest.py "$out/"
 
 # The minimal QEMU: the loader, the binary, the libraries the root's loader
 # resolves for it (as `chroot ROOT ldd` lists them), the firmware.

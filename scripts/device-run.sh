@@ -18,12 +18,22 @@
 #      $LOCAL_TIMES GiB (TestLocalTrackerTimes; default 1,16); for the
 #      workers' cost, run b twice, GPU_ISOLATION=shared and the default
 #      (process), and compare
+#   g  issue 18's programs in VMs: for each of $VM_PROGRAMS (vecadd matmul
+#      streams vecadd.py) one `gmigd demo -cuda-program` with a cuda vGPU
+#      (guest modules, local memory $G_LOCAL, default 1G), migrated mid-run
+#      against a never-migrated VM: its downtime and "identical" or
+#      "DIFFERENT"; vecadd.py runs on this machine's python3 and
+#      cuda-python, packed into an initramfs layer (pyguest.py)
 # c's VMs: VM_MEMS (local memory sizes), VM_LIMIT (each VM step's limit,
 # s; 240), VM_ITERS (cuda-streams' iterations; 300), VM_PROGRAM (another
-# program), VM_LINES, VM_FLAGS.
-# -n (or DRY=1): what runs without a GPU: a is skipped, b and c run the
-# cuda back end on its software model (GMIG_CUDA_MODEL=1), c, d and e
-# with small sizes. BACKEND=software runs b and c on the software back end
+# program), VM_LINES, VM_FLAGS. g's: VM_PROGRAMS, G_LOCAL, G_LIMIT (each
+# program's limit, s; 120), G_ARGS_vecadd, G_ARGS_matmul, G_ARGS_streams,
+# G_ARGS_vecadd_py (the program's arguments, comma-separated), VM_FLAGS.
+# -n (or DRY=1): what runs without a GPU: a is skipped, b, c and g run the
+# cuda back end on its software model (GMIG_CUDA_MODEL=1), c, d, e and g
+# with small sizes (g's vecadd.py on cmd/libcuda/testdata/fakebindings,
+# a stand-in cuda.bindings over gmig's libcuda.so.1, where python3 has no
+# cuda-python). BACKEND=software runs b and c on the software back end
 # (no guest modules) instead of cuda; GUEST_MODULES=0 leaves them off the
 # cuda vGPUs. Each step is time-limited and printed as it ends; the whole
 # stays under $BUDGET s (570). Logs go to $OUT (default ./out): summary.txt
@@ -53,11 +63,13 @@ if [ "$DRY" = 1 ]; then
 	BENCH_MEMS=${BENCH_MEMS:-64M}
 	LIB_LOCAL=${LIB_LOCAL:-64M}
 	LOCAL_TIMES=${LOCAL_TIMES:-}
+	G_LOCAL=${G_LOCAL:-16M}
 else
 	VM_MEMS=${VM_MEMS:-1G 4G 16G}
 	BENCH_MEMS=${BENCH_MEMS:-1G,4G,16G}
 	LIB_LOCAL=${LIB_LOCAL:-1G}
 	LOCAL_TIMES=${LOCAL_TIMES:-1,16}
+	G_LOCAL=${G_LOCAL:-1G}
 fi
 # Each VM step's time limit (s): a 16 GiB one needs more than the default.
 VM_LIMIT=${VM_LIMIT:-240}
@@ -172,21 +184,30 @@ part_a() {
 	fi
 }
 
-part_b() {
-	echo "== b: the library in a host process (gmigd serve, a vGPU $VGPU_FLAGS -local-mem $LIB_LOCAL)"
-	local rd=$WORK/lib sock pid
+# serve_lib NAME: `gmigd serve` (its log logs/NAME-gmigd.log) with one vGPU
+# $VGPU_FLAGS -local-mem $LIB_LOCAL, for host processes on gmig's
+# libcuda.so.1: sets SERVE_PID and SERVE_SOCK (the vGPU's socket).
+serve_lib() {
+	local name=$1 rd=$WORK/$1
 	mkdir -p "$rd"
-	./gmigd serve -run-dir "$rd" -pool 20G -gpu-lock-dir= -qemu-root "$DIR/cache/qemu-root" -log-level info >"$LOGS/lib-gmigd.log" 2>&1 &
-	pid=$!
+	./gmigd serve -run-dir "$rd" -pool 20G -gpu-lock-dir= -qemu-root "$DIR/cache/qemu-root" -log-level info >"$LOGS/$name-gmigd.log" 2>&1 &
+	SERVE_PID=$!
 	timeout 30 bash -c "until ./gmigd vgpu list -run-dir '$rd' >/dev/null 2>&1; do sleep 0.2; done" ||
-		{ echo "b: gmigd serve did not come up (logs/lib-gmigd.log)"; kill "$pid"; return 1; }
+		{ echo "$name: gmigd serve did not come up (logs/$name-gmigd.log)"; kill "$SERVE_PID"; return 1; }
 	# shellcheck disable=SC2086 # VGPU_FLAGS are words
-	if ! ./gmigd vgpu create lib -run-dir "$rd" $VGPU_FLAGS -local-mem "$LIB_LOCAL" >"$LOGS/lib-vgpu.json" 2>&1; then
-		echo "b: vgpu create failed: $(cat "$LOGS/lib-vgpu.json")"
-		kill "$pid"
+	if ! ./gmigd vgpu create "$name" -run-dir "$rd" $VGPU_FLAGS -local-mem "$LIB_LOCAL" >"$LOGS/$name-vgpu.json" 2>&1; then
+		echo "$name: vgpu create failed: $(cat "$LOGS/$name-vgpu.json")"
+		kill "$SERVE_PID"
 		return 1
 	fi
-	sock=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["socket"])' "$LOGS/lib-vgpu.json")
+	SERVE_SOCK=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["socket"])' "$LOGS/$name-vgpu.json")
+}
+
+part_b() {
+	echo "== b: the library in a host process (gmigd serve, a vGPU $VGPU_FLAGS -local-mem $LIB_LOCAL)"
+	local sock pid
+	serve_lib lib || return 1
+	sock=$SERVE_SOCK pid=$SERVE_PID
 	for p in $PROGRAMS; do
 		[ -x "cuda-$p" ] || continue
 		run_prog lib "$p" LD_LIBRARY_PATH="$DIR" GMIG_CUDA_SOCKET="$sock"
@@ -257,6 +278,97 @@ part_c() {
 	done
 }
 
+# ---- part g: issue 18's programs, each migrated in a VM.
+VM_PROGRAMS=${VM_PROGRAMS:-vecadd matmul streams vecadd.py}
+G_LIMIT=${G_LIMIT:-120}
+# Each program's arguments (ITERS PACE_MS as tests/cudaprogs_test.go runs
+# them, more iterations): under TCG the VMs boot in ~15 s and the
+# migration starts after G_LINES_* lines (a few iterations); at 100 ms an
+# iteration the program runs on well past the migration's end.
+G_ARGS_vecadd=${G_ARGS_vecadd:-65536,150,100}
+G_ARGS_matmul=${G_ARGS_matmul:-64,150,100}
+G_ARGS_streams=${G_ARGS_streams:-150,100,16384}
+# vecadd.py computes its inputs and digests in Python: under TCG an
+# iteration of 65536 floats takes seconds, so fewer floats.
+G_ARGS_vecadd_py=${G_ARGS_vecadd_py:-4096,60,100}
+# Lines before the migration: "NAME: n N" and 4 iterations (streams: 9
+# lines an iteration).
+G_LINES_vecadd=5 G_LINES_matmul=5 G_LINES_streams=37 G_LINES_vecadd_py=5
+
+# py_layer: the guest image with this machine's python3 and what vecadd.py
+# uses of it appended ($WORK/initramfs-py.cpio; the guest's command in
+# $WORK/py-argv). It runs vecadd.py natively once to find what that is: on
+# NVIDIA's libcuda, or (dry) on gmig's libcuda.so.1 over a vGPU of
+# `gmigd serve` on the model, with the stand-in bindings where python3
+# has no cuda-python.
+py_layer() {
+	local env=() pid=
+	[ -f vecadd.py ] || { echo "  vecadd.py: not carried"; return 1; }
+	[ -f pyguest.py ] || { echo "  vecadd.py: pyguest.py not carried"; return 1; }
+	if ! python3 -c 'import importlib.util,sys; sys.exit(importlib.util.find_spec("cuda.bindings") is None)' 2>/dev/null; then
+		if [ "$DRY" = 1 ] && [ -d "$DIR/../cmd/libcuda/testdata/fakebindings" ]; then
+			env+=(PYTHONPATH="$DIR/../cmd/libcuda/testdata/fakebindings")
+		else
+			echo "  vecadd.py: $(command -v python3) has no cuda.bindings (pip install cuda-python): skipped"
+			return 1
+		fi
+	fi
+	if [ "$DRY" = 1 ]; then
+		serve_lib pytrace || return 1
+		pid=$SERVE_PID
+		env+=(LD_LIBRARY_PATH="$DIR" GMIG_CUDA_SOCKET="$SERVE_SOCK")
+	fi
+	step g-pack-vecadd.py 120 env "${env[@]}" python3 pyguest.py pack --base cache/guest/initramfs.cpio \
+		--out "$WORK/initramfs-py.cpio" --argv "$WORK/py-argv" vecadd.py 4096 1 0
+	local rc=$?
+	[ -n "$pid" ] && { kill "$pid"; wait "$pid" 2>/dev/null; }
+	grep '^pyguest:' "$LOGS/g-pack-vecadd.py.log" | sed 's/^/  /'
+	return $rc
+}
+
+part_g() {
+	echo "== g: issue 18's programs ($VM_PROGRAMS), each in a VM with a vGPU $VGPU_FLAGS -local-mem $G_LOCAL, live-migrated mid-run between two gmigd, against a never-migrated VM"
+	local p key prog args lines initrd files out after
+	for p in $VM_PROGRAMS; do
+		key=${p//./_}
+		initrd=()
+		if [ "$p" = vecadd.py ]; then
+			py_layer || continue
+			initrd=(-initrd "$WORK/initramfs-py.cpio")
+			prog=$(cat "$WORK/py-argv")
+		elif grep -qx "/usr/bin/cuda-$p" guest-programs.txt; then
+			prog=/usr/bin/cuda-$p
+		else
+			echo "  $p: not in the guest image (guest-programs.txt): skipped"
+			continue
+		fi
+		args=G_ARGS_$key lines=G_LINES_$key
+		prog=$prog,${!args}
+		echo "  $p: $(echo "$prog" | tr , ' ')"
+		# shellcheck disable=SC2086 # VGPU_FLAGS and VM_FLAGS are words
+		step "g-$p" "$G_LIMIT" ./gmigd demo -cache "$DIR/cache" $VGPU_FLAGS -local-mem "$G_LOCAL" -guest-ram 1024 \
+			"${initrd[@]}" -cuda-program "$prog" -program-lines "${!lines}" -log-level warn -keep ${VM_FLAGS:-}
+		out=$LOGS/g-$p.log
+		# The consoles and daemons' logs kept, then the demo's files go;
+		# the program's lines on B are those after the migration.
+		files=$(sed -n 's/.*; files in \(\/[^ ]*\)$/\1/p' "$out" | head -1)
+		after=?
+		if [ -n "$files" ] && [ -d "$files" ]; then
+			mkdir -p "$LOGS/g-$p"
+			for f in "$files"/*/gmigd.log "$files"/*/vms/*/console.log; do
+				[ -f "$f" ] && cp "$f" "$LOGS/g-$p/$(echo "${f#"$files"/}" | tr / -)"
+			done
+			[ -f "$files/b/vms/demo/console.log" ] && after=$(grep -c '^gmig: .*digest' "$files/b/vms/demo/console.log")
+			rm -rf "$files"
+		fi
+		grep -E 'Error|error|FAIL' "$out" | grep -v '^  |' | head -5 | sed "s/^/  $p: /"
+		echo "  $p: downtime $(sed -n 's/^ *downtime (pause -> resume[^)]*) *//p' "$out" | head -1)" \
+			"(guest-observed $(sed -n 's/^ *guest-observed downtime ([^)]*) *//p' "$out" | head -1))," \
+			"$after digest lines after the migration," \
+			"$(grep -q 'never migrated (.*): identical' "$out" && echo identical || echo DIFFERENT) vs the never-migrated run"
+	done
+}
+
 # bench NAME FLAGS...: gmig-bench's real-VM matrix (issue 16) into
 # logs/NAME, its tables printed at the end.
 bench() {
@@ -314,6 +426,7 @@ case $PARTS in *c*) part_c ;; esac
 case $PARTS in *d*) part_d ;; esac
 case $PARTS in *e*) part_e ;; esac
 case $PARTS in *f*) part_f ;; esac
+case $PARTS in *g*) part_g ;; esac
 pack
 rm -rf "$WORK"
 echo "device-run: done in $SECONDS s"

@@ -47,7 +47,10 @@ type qemuDemo struct {
 	program      string
 	programLines int
 	noTracking   bool
-	binary       string // the gmigd the daemons run (default: this program)
+	// initrd is the guest's initramfs (default: the cache's); e.g. the
+	// cache's with a layer appended (scripts/pyguest.py).
+	initrd string
+	binary string // the gmigd the daemons run (default: this program)
 }
 
 func (q *qemuDemo) flags(fs *flag.FlagSet) {
@@ -63,6 +66,7 @@ func (q *qemuDemo) flags(fs *flag.FlagSet) {
 	fs.Var((*byteSize)(&q.localMem), "local-mem", "the vGPU's device-local memory (default none; docs/device-abi.md §1.3)")
 	fs.StringVar(&q.program, "cuda-program", "", "the guest runs this CUDA program on its libcuda.so.1 instead of the suite and workload: PROGRAM[,ARG...] (e.g. /usr/bin/cuda-streams,100,100); a second VM on B runs it unmigrated and the outputs are compared")
 	fs.IntVar(&q.programLines, "program-lines", 4, "-cuda-program: migrate once the program printed this many lines")
+	fs.StringVar(&q.initrd, "initrd", "", "the guest's initramfs (default: the cache's guest/initramfs.cpio), e.g. a copy of it with another newc archive appended (docs/cuda.md, \"Python in the guest\")")
 	fs.BoolVar(&q.noTracking, "no-tracking", false, "migrate without the log of the guest's aperture writes (the stop phase hashes every page), for comparison")
 }
 
@@ -85,14 +89,12 @@ type demoCluster struct {
 
 func (q *qemuDemo) run(ctx context.Context) error {
 	root := qemu.Root(filepath.Join(q.cache, "qemu-root"))
-	kernel, initrd := filepath.Join(q.cache, "guest", "vmlinuz"), filepath.Join(q.cache, "guest", "initramfs.cpio")
 	if err := root.Check(); err != nil {
 		return fmt.Errorf("%w\n(`make demo` provisions it; `gmigd demo -sim` runs without QEMU)", err)
 	}
-	for _, f := range []string{kernel, initrd} {
-		if _, err := os.Stat(f); err != nil {
-			return fmt.Errorf("guest image: %w (run `make guest-image`)", err)
-		}
+	kernel, initrd, err := q.guestImage()
+	if err != nil {
+		return err
 	}
 	if q.mem == 0 {
 		q.mem = 64 << 20
@@ -138,6 +140,25 @@ func (q *qemuDemo) run(ctx context.Context) error {
 		return q.runProgram(ctx, c)
 	}
 	return q.runWorkload(ctx, c)
+}
+
+// guestImage is the guest's kernel and initramfs: the cache's, or -initrd's
+// initramfs; both must exist.
+func (q *qemuDemo) guestImage() (kernel, initrd string, err error) {
+	kernel, initrd = filepath.Join(q.cache, "guest", "vmlinuz"), filepath.Join(q.cache, "guest", "initramfs.cpio")
+	if _, err := os.Stat(kernel); err != nil {
+		return "", "", fmt.Errorf("guest image: %w (run `make guest-image`)", err)
+	}
+	if q.initrd == "" {
+		if _, err := os.Stat(initrd); err != nil {
+			return "", "", fmt.Errorf("guest image: %w (run `make guest-image`)", err)
+		}
+		return kernel, initrd, nil
+	}
+	if _, err := os.Stat(q.initrd); err != nil {
+		return "", "", fmt.Errorf("-initrd: %w", err)
+	}
+	return kernel, q.initrd, nil
 }
 
 // demoNeighbourMem is the neighbour vGPU's graphics memory: the smallest
