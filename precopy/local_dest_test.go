@@ -11,11 +11,13 @@ import (
 	"github.com/gmig-dev/gmig/internal/migtest"
 )
 
-// runsLoader records LoadLocal's calls, and DiscardLocal's after them.
+// runsLoader records LoadLocal's calls, and DiscardLocal's and
+// FreeLocal's after them.
 type runsLoader struct {
 	runs     []string
 	discards []string
-	fail     error // DiscardLocal's answer
+	frees    []string
+	fail     error // DiscardLocal's and FreeLocal's answer
 }
 
 func (l *runsLoader) LoadLocal(pages []int, mem []byte) error {
@@ -28,11 +30,17 @@ func (l *runsLoader) DiscardLocal(first, n int) error {
 	return l.fail
 }
 
+func (l *runsLoader) FreeLocal(first, n int) error {
+	l.frees = append(l.frees, fmt.Sprintf("[%d, %d) after %d loads", first, first+n, len(l.runs)))
+	return l.fail
+}
+
 // TestLocalSink: the claim notes local pages only (graphics pages and
 // pages past local memory are not), passes the wrapped claim's refusal
 // on, counts each page once; flush loads the noted pages from the
-// receive buffer in one call, ascending, forgets them, and then gives
-// their host pages back in one call over their span.
+// receive buffer in one call, ascending, forgets them, and then frees
+// their host pages lazily in one call over their span; release then gives
+// that span back at once.
 func TestLocalSink(t *testing.T) {
 	const first, n = 100, 200
 	l := &runsLoader{}
@@ -62,15 +70,20 @@ func TestLocalSink(t *testing.T) {
 	if want := []string{"[3 4 5 64 65 199] of 200"}; !slices.Equal(l.runs, want) {
 		t.Errorf("loaded runs %v, want %v", l.runs, want)
 	}
-	if want := []string{"[3, 200) after 1 loads"}; !slices.Equal(l.discards, want) {
-		t.Errorf("discarded %v, want %v", l.discards, want)
+	if want := []string{"[3, 200) after 1 loads"}; !slices.Equal(l.frees, want) || len(l.discards) != 0 {
+		t.Errorf("freed %v and discarded %v, want %v freed", l.frees, l.discards, want)
 	}
 	if k.count.Load() != 0 || k.due() {
 		t.Error("flush left pages noted")
 	}
-	l.runs, l.discards = nil, nil
-	if err := k.flush(); err != nil || len(l.runs) != 0 || len(l.discards) != 0 {
-		t.Errorf("an empty flush loaded %v, discarded %v (%v)", l.runs, l.discards, err)
+	l.runs, l.frees = nil, nil
+	if err := k.flush(); err != nil || len(l.runs) != 0 || len(l.discards) != 0 || len(l.frees) != 0 {
+		t.Errorf("an empty flush loaded %v, freed %v, discarded %v (%v)", l.runs, l.frees, l.discards, err)
+	}
+	k.release()
+	k.release()
+	if want := []string{"[3, 200) after 0 loads"}; !slices.Equal(l.discards, want) {
+		t.Errorf("release discarded %v, want %v (the freed span, once)", l.discards, want)
 	}
 	var nilSink *localSink
 	if nilSink.due() || nilSink.flush() != nil || nilSink.loadNoted() != nil || nilSink.loadedPages() != 0 {
@@ -103,12 +116,22 @@ func TestLocalSinkReleaseLater(t *testing.T) {
 	}
 	claim(3)
 	if err := k.flush(); err != nil {
-		t.Fatalf("a failing discard failed the flush: %v", err)
+		t.Fatalf("a failing free failed the flush: %v", err)
 	}
-	if want := []string{"[9, 41) after 1 loads", "[3, 4) after 2 loads"}; !slices.Equal(l.discards, want) {
+	if want := []string{"[3, 4) after 2 loads"}; !slices.Equal(l.frees, want) {
+		t.Errorf("freed %v, want %v", l.frees, want)
+	}
+	// The stop phase's pages loaded after a pre-copy's flush: release
+	// gives back the span of both.
+	claim(60)
+	if err := k.loadNoted(); err != nil {
+		t.Fatal(err)
+	}
+	k.release()
+	if want := []string{"[9, 41) after 1 loads", "[3, 61) after 3 loads"}; !slices.Equal(l.discards, want) {
 		t.Errorf("discarded %v, want %v", l.discards, want)
 	}
-	if k.loadedPages() != 3 {
-		t.Errorf("%d pages loaded, want 3", k.loadedPages())
+	if k.loadedPages() != 4 {
+		t.Errorf("%d pages loaded, want 4", k.loadedPages())
 	}
 }

@@ -20,6 +20,21 @@ var ErrLocalInPool = errors.New("vgpu: device-local memory lives in the pool: di
 // once they are on the GPU; any other vGPU fails with ErrLocalInPool. A
 // closed vGPU fails with ErrClosed.
 func (v *VGPU) DiscardLocal(first, n int) error {
+	return v.adviseLocal(first, n, v.pool.DiscardLocal)
+}
+
+// FreeLocal is DiscardLocal that lets the kernel take the pages when it
+// needs memory (internal/pool's FreeLocal, MADV_FREE) rather than at once:
+// until then they keep their bytes, and a page written again (a page a
+// destination's stop phase receives a second time) costs no page fault.
+// Its errors are DiscardLocal's.
+func (v *VGPU) FreeLocal(first, n int) error {
+	return v.adviseLocal(first, n, v.pool.FreeLocal)
+}
+
+// adviseLocal checks DiscardLocal's and FreeLocal's arguments and applies
+// advise (the pool's) to the local pages.
+func (v *VGPU) adviseLocal(first, n int, advise func(pool.Partition, uint64, uint64) error) error {
 	if v.cfg.Backend != BackendCUDA { // the config, not v.gpu, which Close clears
 		return fmt.Errorf("vgpu %s: %w", v.cfg.Name, ErrLocalInPool)
 	}
@@ -31,7 +46,7 @@ func (v *VGPU) DiscardLocal(first, n int) error {
 	if v.closed {
 		return fmt.Errorf("vgpu %s: %w", v.cfg.Name, ErrClosed)
 	}
-	if err := v.pool.DiscardLocal(v.part, uint64(first)*pool.PageSize, uint64(n)*pool.PageSize); err != nil {
+	if err := advise(v.part, uint64(first)*pool.PageSize, uint64(n)*pool.PageSize); err != nil {
 		return fmt.Errorf("vgpu %s: %w", v.cfg.Name, err)
 	}
 	return nil

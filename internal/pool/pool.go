@@ -289,6 +289,26 @@ func (p *Pool) Free(part Partition) error {
 // of PageSize (ErrAlign, ErrSize; n may be 0) and the range inside pt's
 // local memory (ErrRange); pt must be allocated (ErrNotFound).
 func (p *Pool) DiscardLocal(pt Partition, off, n uint64) error {
+	return p.adviseLocal(pt, off, n, discardLocal)
+}
+
+// FreeLocal lets the kernel take the host memory behind bytes [off, off+n)
+// of pt's device-local memory whenever it needs memory (madvise
+// MADV_FREE), as DiscardLocal gives it at once: until the kernel takes a
+// page it stays mapped and keeps its bytes, and a write to it then costs
+// no page fault and keeps it; a page the kernel took reads as zeros and
+// is faulted in again when written. For a migration's receive buffer
+// whose pages may arrive again (a destination's pre-copy): a page sent
+// again in the stop phase lands in memory already there, with no fault
+// and no zeroing of a fresh page in the downtime. The arguments and
+// errors are DiscardLocal's.
+func (p *Pool) FreeLocal(pt Partition, off, n uint64) error {
+	return p.adviseLocal(pt, off, n, freeLocal)
+}
+
+// adviseLocal checks DiscardLocal's and FreeLocal's arguments and calls
+// advise over the range of the pool's memory.
+func (p *Pool) adviseLocal(pt Partition, off, n uint64, advise func(mem []byte, off, size uint64) error) error {
 	if off%PageSize != 0 {
 		return fmt.Errorf("%w: local offset %#x", ErrAlign, off)
 	}
@@ -309,7 +329,7 @@ func (p *Pool) DiscardLocal(pt Partition, off, n uint64) error {
 	if n == 0 {
 		return nil
 	}
-	return discardLocal(p.mem, pt.ApertureEnd()+off, n)
+	return advise(p.mem, pt.ApertureEnd()+off, n)
 }
 
 // Partitions lists the allocated partitions by offset.

@@ -98,6 +98,18 @@ func discardLocal(mem []byte, off, size uint64) error {
 	return nil
 }
 
+// freeLocal lets the kernel take the pages of [off, off+size) of mem, a
+// range of local memory, when it needs memory: madvise(MADV_FREE), which
+// for a private anonymous mapping leaves each page mapped, with its bytes,
+// until the kernel reclaims it; a write before that keeps the page (no
+// fault), one after it faults in a zero page (madvise(2)).
+func freeLocal(mem []byte, off, size uint64) error {
+	if err := unix.Madvise(mem[off:off+size], unix.MADV_FREE); err != nil {
+		return fmt.Errorf("pool: freeing %d bytes of local memory at %#x lazily: %w", size, off, err)
+	}
+	return nil
+}
+
 // unmapPartition puts [off, off+size) of mem back to reserved address
 // space: the partition's pages leave gmigd's address space, and touching
 // the range faults again.
