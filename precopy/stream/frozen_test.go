@@ -87,35 +87,63 @@ func (w *writeCounter) Write(p []byte) (int, error) {
 
 // Frozen pages go to a writer without vectored writes (a TLS connection,
 // a pipe) as one Write per PageBatch frame, not one per page and header,
-// and still read back.
+// where they lie apart in memory; a run of adjacent pages of directPiece
+// bytes or more is written where it lies, between its frame's headers and
+// CRC (three writes for the frame); both read back.
 func TestFrozenOneWritePerFrame(t *testing.T) {
-	const pages = 300
+	const pages = 600
 	mem := make([]byte, pages*PageSize)
 	for i := range mem {
 		mem[i] = byte(i / PageSize)
 	}
-	idx := allPages(pages)
 	hashes := make([]uint64, pages)
 	for i := range hashes {
 		hashes[i] = xxhash.Sum64(mem[i*PageSize : (i+1)*PageSize])
 	}
-	var c writeCounter
-	w, err := NewWriter(&c)
-	if err != nil {
-		t.Fatal(err)
+	for _, c := range []struct {
+		name   string
+		idx    []uint32
+		writes int
+	}{
+		{"every other page", everyOther(pages), 2}, // 256 + 44 pages, one write each
+		{"adjacent pages", allPages(300), 3 + 3},   // 256 + 44 adjacent pages: headers, run, CRC each
+	} {
+		var cw writeCounter
+		w, err := NewWriter(&cw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs := make([]uint64, len(c.idx))
+		for i, p := range c.idx {
+			hs[i] = hashes[p]
+		}
+		before := cw.writes
+		if _, err := w.WritePages(c.idx, mem, hs); err != nil {
+			t.Fatal(err)
+		}
+		if got := cw.writes - before; got != c.writes {
+			t.Errorf("%s: %d writes for 2 frames, want %d", c.name, got, c.writes)
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, len(mem))
+		if _, err := readAll(cw.Bytes(), Limits{}, got); err != io.EOF {
+			t.Fatalf("%s: read back: %v", c.name, err)
+		}
+		for _, p := range c.idx {
+			if !bytes.Equal(got[int(p)*PageSize:(int(p)+1)*PageSize], mem[int(p)*PageSize:(int(p)+1)*PageSize]) {
+				t.Fatalf("%s: page %d differs", c.name, p)
+			}
+		}
 	}
-	before := c.writes
-	if _, err := w.WritePages(idx, mem, hashes); err != nil {
-		t.Fatal(err)
+}
+
+// everyOther is pages 0, 2, 4, … below n.
+func everyOther(n int) []uint32 {
+	var idx []uint32
+	for p := 0; p < n; p += 2 {
+		idx = append(idx, uint32(p))
 	}
-	if got := c.writes - before; got != 2 { // 256 + 44 pages
-		t.Errorf("%d writes for 2 frames", got)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	got := make([]byte, len(mem))
-	if _, err := readAll(c.Bytes(), Limits{}, got); err != io.EOF || !bytes.Equal(got, mem) {
-		t.Fatalf("read back: %v, equal %v", err, bytes.Equal(got, mem))
-	}
+	return idx
 }

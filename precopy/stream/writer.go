@@ -163,29 +163,45 @@ func (w *Writer) writeVectored(idx []uint32, mem []byte, packed bool, hashes []u
 
 // writeBuffers writes iov, one frame's pieces: with one vectored write
 // where the underlying writer is a socket that has one (net.Buffers), else
-// copied into one buffer and written with one Write — a TLS connection
-// would otherwise make a record and a system call of every page and every
-// record header.
+// with a Write per run of small pieces, copied into one buffer, and one
+// per large piece, written where it lies — a TLS connection would
+// otherwise make a record and a system call of every page and every
+// record header, while a piece of directPiece bytes or more (a run of
+// pages adjacent in memory: a GPU read's chunk) fills whole records
+// itself, so copying it first would only cost a pass over it.
 func (w *Writer) writeBuffers(iov net.Buffers) error {
 	switch w.w.(type) {
 	case *net.TCPConn, *net.UnixConn:
 		_, err := iov.WriteTo(w.w)
 		return err
 	}
-	n := 0
-	for _, part := range iov {
-		n += len(part)
-	}
-	if cap(w.flat) < n {
-		w.flat = make([]byte, 0, n)
-	}
 	flat := w.flat[:0]
 	for _, part := range iov {
-		flat = append(flat, part...)
+		if len(part) < directPiece {
+			flat = append(flat, part...)
+			continue
+		}
+		if len(flat) > 0 {
+			if _, err := w.w.Write(flat); err != nil {
+				return err
+			}
+			flat = flat[:0]
+		}
+		if _, err := w.w.Write(part); err != nil {
+			return err
+		}
+	}
+	w.flat = flat
+	if len(flat) == 0 {
+		return nil
 	}
 	_, err := w.w.Write(flat)
 	return err
 }
+
+// directPiece is the size from which writeBuffers writes a piece where it
+// lies rather than copying it: four TLS records' worth.
+const directPiece = 64 << 10
 
 // writeBatch builds one PageBatch frame in w.buf and writes it with one
 // Write: the record headers first, then the data of the non-zero pages
