@@ -293,15 +293,39 @@ func faultCells() []cell {
 		name: "6b network cut during the VMM switchover",
 		setup: func(e *env) {
 			e.vm.switchover = func(ctx context.Context) error {
+				if err := e.afterStop(ctx); err != nil {
+					return err
+				}
 				e.net.cut()
 				return waitFor(ctx, nil)
 			}
 		},
 		want: want{err: ErrRolledBack, text: "VMM switchover", live: liveSource, cleanup: cleanDiscarded},
 	}, {
-		name:  "6 SourceVM.Switchover fails",
+		name:  "6 SourceVM.Switchover fails (beside the stop phase)",
 		setup: func(e *env) { e.vm.failSwitchover = errVMM },
 		want:  want{err: ErrRolledBack, is: errVMM, text: "VMM switchover", live: liveSource, cleanup: cleanDiscarded},
+	}, {
+		name: "6c SourceVM.Switchover fails after the stop phase",
+		setup: func(e *env) {
+			e.vm.switchover = func(ctx context.Context) error {
+				if err := e.afterStop(ctx); err != nil {
+					return err
+				}
+				return errVMM
+			}
+		},
+		want: want{err: ErrRolledBack, is: errVMM, text: "VMM switchover", live: liveSource, cleanup: cleanDiscarded},
+	}, {
+		// The switchover, started at the quiesce, is still in flight
+		// when the stop phase fails: it is cancelled and waited for
+		// before the source VM resumes.
+		name: "4e stream cut mid-stop, the switchover in flight",
+		setup: func(e *env) {
+			e.vm.switchover = func(ctx context.Context) error { return waitFor(context.Background(), ctx.Done()) }
+			e.net.add(&fault{side: atSource, kind: kindData, when: e.whilePaused, act: actCut})
+		},
+		want: want{err: ErrRolledBack, text: "stop phase", live: liveSource, cleanup: cleanDiscarded},
 	}, {
 		name: "7 commit lost (control cut before the destination reads it)",
 		setup: func(e *env) {
@@ -432,6 +456,9 @@ func faultCells() []cell {
 		name: "13 destination shut down while waiting for the decision",
 		setup: func(e *env) {
 			e.vm.switchover = func(ctx context.Context) error {
+				if err := e.afterStop(ctx); err != nil {
+					return err
+				}
 				e.dest(0).stop()
 				return waitFor(context.Background(), ctx.Done())
 			}
