@@ -358,6 +358,20 @@ func faultCells() []cell {
 		setup: func(e *env) { e.host().breaks.failRestore = errVMM },
 		want:  want{err: ErrRolledBack, text: "could not resume the VM", live: liveSource, cleanup: cleanDiscarded},
 	}, {
+		// An early attach (QEMU's kind) fails before or after the
+		// decision comes, whichever: the source rolls back either way.
+		name: "9d DestVM.WaitLoaded fails in an early attach",
+		setup: func(e *env) {
+			e.host().breaks.early, e.host().breaks.failWaitLoaded = true, errVMM
+		},
+		want: want{err: ErrRolledBack, text: "the VMM did not load the VM", live: liveSource, cleanup: cleanDiscarded},
+	}, {
+		name: "9e DestVM.RestoreFrontEnd fails in an early attach",
+		setup: func(e *env) {
+			e.host().breaks.early, e.host().breaks.failRestore = true, errVMM
+		},
+		want: want{err: ErrRolledBack, text: "restoring the vGPU's PCI front end", live: liveSource, cleanup: cleanDiscarded},
+	}, {
 		name:  "9c DestVM.Resume fails after the commit",
 		setup: func(e *env) { e.host().breaks.failResume = errVMM },
 		want:  want{err: ErrRolledBack, text: "could not resume the VM", live: liveSource, cleanup: cleanDiscarded},

@@ -331,10 +331,10 @@ func (m *outgoing) live(ctx context.Context, incoming string) error {
 	opts.Log = m.log
 	quiesced := opts.Quiesced
 	opts.Quiesced = func() {
-		m.sw.begin()
 		if quiesced != nil {
 			quiesced()
 		}
+		m.sw.begin()
 	}
 	if m.src, err = precopy.NewSource(m.VGPU, m.data, opts); err != nil {
 		return err

@@ -45,7 +45,9 @@ func (s *switchover) begin() {
 			s.end = time.Now()
 			if err != nil {
 				s.err = fmt.Errorf("the VMM's switchover: %w", err)
-				s.failStop(s.err)
+				if s.ctx.Err() == nil { // not ended by abandon or the migration's end
+					s.failStop(s.err)
+				}
 			}
 			close(s.done)
 		}()
