@@ -393,15 +393,23 @@ func (m *outgoing) stop(ctx context.Context) error {
 // commit sends the decision and learns the outcome; on any outcome but
 // the destination running the VM, the source runs on.
 func (m *outgoing) commit(ctx context.Context) (DestTimes, error) {
-	var c committed
+	// The answer is committed, or the destination's gaveUp when it gave
+	// up (an early attach failed: attach.go) as the commit was on its way.
+	var c struct {
+		committed
+		gaveUp
+	}
 	_ = m.ctl.SetWriteDeadline(time.Now().Add(m.Timeouts.Message))
 	err := writeMsg(m.ctl, decision{Commit: true})
 	if err == nil {
 		err = m.await(&c, m.Timeouts.Decision)
 	}
 	if err == nil {
-		if c.OK {
+		switch {
+		case c.OK:
 			return c.Times, nil
+		case c.GaveUp != "":
+			return DestTimes{}, m.rollback(ctx, "commit", fmt.Errorf("%w: %s", ErrDestinationGaveUp, c.GaveUp))
 		}
 		return DestTimes{}, m.rollback(ctx, "commit", fmt.Errorf("the destination could not resume the VM: %s", c.Error))
 	}
