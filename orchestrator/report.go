@@ -200,10 +200,10 @@ func (r Report) String() string {
 		fmt.Fprintf(&b, "    (a term spanning both hosts is negative: their clocks disagree; the downtime carries the skew)\n")
 	}
 	if x := r.Beside; x.Switchover > 0 || x.Load > 0 || x.FrontEnd > 0 {
-		fmt.Fprintf(&b, "  in full, beside the terms above: %s %s ms (%s ms of it beside the vGPU stop phase), "+
-			"%s %s ms (%s ms of it before the commit arrived), %s %s ms (%s ms of it before the commit arrived)\n",
-			TermSwitchover, ms(x.Switchover), ms(x.SwitchoverInStop),
-			TermLoad, ms(x.Load), ms(x.LoadBeforeCommit), TermFrontEnd, ms(x.FrontEnd), ms(x.FrontEndBeforeCommit))
+		fmt.Fprintf(&b, "  in full, beside the terms above:\n")
+		fmt.Fprintf(&b, "    %-22s %9s ms (%s ms of it beside the vGPU stop phase)\n", TermSwitchover, ms(x.Switchover), ms(x.SwitchoverInStop))
+		fmt.Fprintf(&b, "    %-22s %9s ms (%s ms of it before the commit arrived)\n", TermLoad, ms(x.Load), ms(x.LoadBeforeCommit))
+		fmt.Fprintf(&b, "    %-22s %9s ms (%s ms of it before the commit arrived)\n", TermFrontEnd, ms(x.FrontEnd), ms(x.FrontEndBeforeCommit))
 	}
 	if r.GuestBeats {
 		fmt.Fprintf(&b, "  guest-observed downtime (largest heartbeat gap)  %s ms\n", ms(r.GuestGap))
