@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -92,5 +93,14 @@ func TestTermsWithOverlap(t *testing.T) {
 	}
 	if b := beside(src, dst); b != want {
 		t.Errorf("beside %+v, want %+v", b, want)
+	}
+	text := Report{Terms: out, Beside: want}.String()
+	for _, line := range []string{
+		"vmm switchover             59.00 ms (58.00 ms of it beside the vGPU stop phase)",
+		"front-end restore           6.00 ms (1.00 ms of it before the commit arrived)",
+	} {
+		if !strings.Contains(text, line) {
+			t.Errorf("the report does not say %q:\n%s", line, text)
+		}
 	}
 }
