@@ -20,7 +20,12 @@ import (
 //     migrates (QEMU: migrate-set-parameters max-bandwidth).
 //
 // The vGPU's live phase runs before the VMM's migration (doc.go), so in
-// practice each stream gets the whole limit while it runs alone.
+// practice each stream gets the whole limit while it runs alone. The
+// VMM's switchover runs beside the vGPU's stop phase (switchover.go),
+// whose stream stays under the bucket; QEMU sends its switchover's
+// remaining RAM regardless of max-bandwidth (its completion flushes
+// unthrottled), so for that moment the link may carry it on top of the
+// limit, as it did when the switchover came after the stop phase.
 
 // vmmShareFloor: the VMM is never given less than limit/vmmShareFloor, so
 // its RAM stream keeps moving while the vGPU stream takes the rest (a

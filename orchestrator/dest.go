@@ -209,8 +209,9 @@ type arriving struct {
 	landing Landing
 	rep     precopy.Report
 	times   DestTimes
-	resumed bool // the VM runs here (whatever fails afterwards)
-	gone    bool // the landing was discarded
+	att     *attaching // the VMM's load, the guest RAM and the front end (attach.go)
+	resumed bool       // the VM runs here (whatever fails afterwards)
+	gone    bool       // the landing was discarded
 	// saidReady and decided bound when the source is told why this side
 	// gave up: after ready, before the source's decision.
 	saidReady, decided bool
@@ -308,7 +309,13 @@ func (in *arriving) run(ctx context.Context) error {
 		return err
 	}
 	cancel()
-	dec, err := in.decision(ctx, early, decided)
+	// The verdict is sent: a VM whose attaching can be discarded is
+	// attached now, beside the wait for the decision (attach.go).
+	in.att = in.attachEarly(ctx)
+	dec, err := in.decision(ctx, early, decided, in.att.failures())
+	if err != nil || !dec.Commit {
+		in.att.abandon() // before the discard
+	}
 	if err != nil {
 		return err
 	}
@@ -326,8 +333,9 @@ type decisionResult struct {
 
 // decision waits for the source's decision after the verdict, bounded by
 // the decision timeout and ctx (Serve's: this gmigd shutting down); a
-// dropped connection, the timeout or ctx's end is an abort.
-func (in *arriving) decision(ctx context.Context, early, decided <-chan decisionResult) (decision, error) {
+// dropped connection, the timeout or ctx's end is an abort, and so is an
+// early attach's failure (attachFailed) before the decision came.
+func (in *arriving) decision(ctx context.Context, early, decided <-chan decisionResult, attachFailed <-chan error) (decision, error) {
 	var r decisionResult
 	select {
 	case r = <-early:
@@ -335,6 +343,8 @@ func (in *arriving) decision(ctx context.Context, early, decided <-chan decision
 		select {
 		case r = <-early:
 		case r = <-decided:
+		case err := <-attachFailed:
+			return decision{}, err
 		case <-time.After(in.d.opts.Timeouts.Decision):
 			return decision{}, errors.New("orchestrator: no decision from the source in time")
 		case <-ctx.Done():
@@ -374,10 +384,11 @@ func (in *arriving) receive(ctx context.Context, streams *waiting) error {
 	return err
 }
 
-// resume runs the VM here after the source's commit: the VMM finishes
-// loading, the front end gets the guest's config writes back, the engine
-// runs, the VM runs; then the source hears it, and later the guest's first
-// heartbeat here.
+// resume runs the VM here after the source's commit: the attach (the
+// VMM's load, the device-written guest RAM, the front end's config writes;
+// attach.go) ends, or runs now if it did not start before the decision,
+// the engine runs, the VM runs; then the source hears it, and later the
+// guest's first heartbeat here.
 func (in *arriving) resume(ctx context.Context) error {
 	t := in.d.opts.Timeouts
 	in.times.CommitReceived = time.Now()
@@ -416,24 +427,14 @@ func (in *arriving) resume(ctx context.Context) error {
 	}
 	rctx, cancel := context.WithTimeout(ctx, t.Decision)
 	defer cancel()
-	if err := vm.WaitLoaded(rctx); err != nil {
-		return fail("the VMM did not load the VM", err)
+	if in.att == nil {
+		in.att = in.attach(rctx, in.times.CommitReceived)
 	}
-	in.times.Loaded = time.Now()
-	// The VMM's RAM is loaded: the guest RAM the source's engine wrote,
-	// which the VMM's migration did not carry, goes over it (a VM without
-	// a VMM migration shares the source's RAM: nothing to carry).
-	if vm.Incoming() != "" {
-		if err := in.rep.GuestRAM.WriteTo(v); err != nil {
-			return fail("writing the guest RAM the device wrote", err)
-		}
+	if err := in.att.wait(); err != nil {
+		return fail(err.what, err.err)
 	}
-	writes := v.ConfigWrites()
-	in.times.ConfigWrites = len(writes)
-	if err := vm.RestoreFrontEnd(rctx, writes); err != nil {
-		return fail("restoring the vGPU's PCI front end", err)
-	}
-	in.times.FrontEnd = time.Now()
+	in.times.attached(in.att)
+	writes := in.att.writes
 	if err := awaitRecord(); err != nil {
 		return fail("recording the commit", err)
 	}

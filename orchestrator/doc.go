@@ -21,12 +21,17 @@
 //	SourceVM.Migrate(incoming): the VMM's own pre-copy (the VM runs)
 //	SourceVM.WaitPaused: the VMM paused the VM        ← downtime starts
 //	  stop phase: quiesce, final scan, dirty pages (on all N streams),
-//	  state, API log
+//	  state, API log; SourceVM.Switchover starts at the quiesce and runs
+//	  beside the rest (switchover.go)
 //	                                    ←    verdict (the vGPU is restored,
-//	                                         still quiesced, not live)
-//	SourceVM.Switchover: the VMM completes
-//	decision{commit}                     →   DestVM.WaitLoaded, RestoreFrontEnd,
-//	                                         the engine runs, DestVM.Resume
+//	                                         still quiesced, not live); an
+//	                                         EarlyAttacher VM is attached now:
+//	                                         DestVM.WaitLoaded, device-written
+//	                                         guest RAM, RestoreFrontEnd (attach.go)
+//	the switchover completed, the verdict in
+//	decision{commit}                     →   the attach ends (or runs now, for a
+//	                                         VM attached after the commit), the
+//	                                         record, the engine runs, DestVM.Resume
 //	                                    ←    committed{timestamps}  ← downtime ends
 //	SourceVM.Release; the caller destroys the source vGPU
 //	                                    ←    beat (first heartbeat after resume)
@@ -39,7 +44,11 @@
 // # One live copy at every instant
 //
 // The destination's VM runs only after the source's commit, which the
-// source sends only once its own VMM has completed the switchover. Every
+// source sends only once it has both the destination's verdict and its
+// own VMM's completed switchover. What the destination does before the
+// commit (an early attach) never runs the VM and dies with the landing's
+// discard. A stop phase that fails with the switchover in flight waits
+// for it to return before the rollback resumes the VM. Every
 // failure before the commit rolls back: the source's vGPU resumes
 // (precopy.Source.Rollback), its VMM's migration is cancelled and the VM
 // resumed (SourceVM.Resume), and the destination discards what it built
@@ -64,7 +73,10 @@
 // host clocks (QEMU's STOP and RESUME event timestamps; the simulator's own
 // pause and resume). Report.Terms divide it into consecutive intervals
 // taken from both sides' timestamps and the stop phase's measurements;
-// they never overlap and add up to it exactly. Two intervals span both
+// they never overlap and add up to it exactly. Work that runs beside
+// another term (the VMM's switchover beside the stop phase, an early
+// attach before the commit) counts in its term only for what lies after
+// that other work; Report.Beside gives it in full. Two intervals span both
 // hosts' clocks (the commit's way, and through it the total): across real
 // hosts they carry the clocks' skew, which Report.ClockSkewSuspect flags
 // when a term comes out negative. Report.GuestGap is the guest-observed

@@ -182,6 +182,11 @@ func (vm *fakeSourceVM) Release(ctx context.Context) error {
 type destBreaks struct {
 	failWaitLoaded, failRestore, failResume error
 	onWaitLoaded                            func() error // replaces WaitLoaded's work
+	// early makes the VM an EarlyAttacher that attaches before the
+	// decision (as QEMU does; the default attaches after it, as the
+	// simulator does); onRestored is called after RestoreFrontEnd.
+	early      bool
+	onRestored func()
 }
 
 // fakeDestVM is a DestVM.
@@ -196,7 +201,10 @@ type fakeDestVM struct {
 	frontEnd  []apilog.Entry
 }
 
-var _ DestVM = (*fakeDestVM)(nil)
+var (
+	_ DestVM        = (*fakeDestVM)(nil)
+	_ EarlyAttacher = (*fakeDestVM)(nil)
+)
 
 func (vm *fakeDestVM) Incoming() string { return "" }
 
@@ -214,8 +222,14 @@ func (vm *fakeDestVM) RestoreFrontEnd(ctx context.Context, writes []apilog.Entry
 	vm.mu.Lock()
 	vm.frontEnd = writes
 	vm.mu.Unlock()
-	return vm.record("RestoreFrontEnd", start, vm.failRestore)
+	err := vm.record("RestoreFrontEnd", start, vm.failRestore)
+	if vm.onRestored != nil {
+		vm.onRestored()
+	}
+	return err
 }
+
+func (vm *fakeDestVM) AttachBeforeCommit() bool { return vm.early }
 
 func (vm *fakeDestVM) Resume(ctx context.Context) (time.Time, error) {
 	start := time.Now()

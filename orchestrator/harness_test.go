@@ -289,9 +289,32 @@ func (e *env) checkPaused(t *testing.T) {
 // phaseLog records the phases Progress reported, each once per run of
 // snapshots, and the migration IDs they named.
 type phaseLog struct {
-	mu     sync.Mutex
-	phases []string
-	ids    map[string]bool
+	mu      sync.Mutex
+	phases  []string
+	ids     map[string]bool
+	reached map[string]chan struct{} // closed once the phase is reported
+}
+
+// reachedLocked returns the channel closed once phase is reported.
+func (l *phaseLog) reachedLocked(phase string) chan struct{} {
+	if l.reached == nil {
+		l.reached = map[string]chan struct{}{}
+	}
+	ch, ok := l.reached[phase]
+	if !ok {
+		ch = make(chan struct{})
+		l.reached[phase] = ch
+	}
+	return ch
+}
+
+// wait returns once phase has been reported, or ctx's error if it ends
+// first.
+func (l *phaseLog) wait(ctx context.Context, phase string) error {
+	l.mu.Lock()
+	ch := l.reachedLocked(phase)
+	l.mu.Unlock()
+	return waitFor(ctx, ch)
 }
 
 func (l *phaseLog) add(p Progress) {
@@ -301,6 +324,9 @@ func (l *phaseLog) add(p Progress) {
 		l.ids = map[string]bool{}
 	}
 	l.ids[p.ID] = true
+	if ch := l.reachedLocked(p.Phase); !isClosed(ch) {
+		close(ch)
+	}
 	if n := len(l.phases); n == 0 || l.phases[n-1] != p.Phase {
 		l.phases = append(l.phases, p.Phase)
 	}
@@ -310,4 +336,21 @@ func (l *phaseLog) get() (phases []string, ids map[string]bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return append([]string(nil), l.phases...), l.ids
+}
+
+func isClosed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// afterStop waits, inside a fake's Switchover, until the vGPU's stop
+// phase has ended (the migration entered PhaseSwitchover): a fault meant
+// for the switchover's wait after it, not for the part beside the stop
+// phase. It returns ctx's error if ctx ends first.
+func (e *env) afterStop(ctx context.Context) error {
+	return e.phases.wait(ctx, PhaseSwitchover)
 }

@@ -62,6 +62,9 @@ func jobCells() []jobCell {
 		name: "VMM switchover (held until the cancel ends it)",
 		setup: func(e *env, ctl *Control, c chan<- error) {
 			e.vm.switchover = func(ctx context.Context) error {
+				if err := e.afterStop(ctx); err != nil {
+					return err
+				}
 				cancelNow(ctl, c)
 				<-ctx.Done()
 				return ctx.Err()
@@ -71,9 +74,26 @@ func jobCells() []jobCell {
 	}, {
 		name: "VMM switchover (it completes; the cancel came during it)",
 		setup: func(e *env, ctl *Control, c chan<- error) {
-			e.vm.switchover = func(ctx context.Context) error { cancelNow(ctl, c); return nil }
+			e.vm.switchover = func(ctx context.Context) error {
+				if err := e.afterStop(ctx); err != nil {
+					return err
+				}
+				cancelNow(ctl, c)
+				return nil
+			}
 		},
 		want: rolledBack("VMM switchover"),
+	}, {
+		name: "VMM switchover beside the stop phase (held until the cancel ends both)",
+		setup: func(e *env, ctl *Control, c chan<- error) {
+			e.vm.switchover = func(ctx context.Context) error {
+				cancelNow(ctl, c)
+				<-ctx.Done()
+				return ctx.Err()
+			}
+		},
+		// Whichever of the two notices the cancel first names it.
+		want: rolledBack("operator"),
 	}}
 }
 

@@ -293,15 +293,39 @@ func faultCells() []cell {
 		name: "6b network cut during the VMM switchover",
 		setup: func(e *env) {
 			e.vm.switchover = func(ctx context.Context) error {
+				if err := e.afterStop(ctx); err != nil {
+					return err
+				}
 				e.net.cut()
 				return waitFor(ctx, nil)
 			}
 		},
 		want: want{err: ErrRolledBack, text: "VMM switchover", live: liveSource, cleanup: cleanDiscarded},
 	}, {
-		name:  "6 SourceVM.Switchover fails",
+		name:  "6 SourceVM.Switchover fails (beside the stop phase)",
 		setup: func(e *env) { e.vm.failSwitchover = errVMM },
 		want:  want{err: ErrRolledBack, is: errVMM, text: "VMM switchover", live: liveSource, cleanup: cleanDiscarded},
+	}, {
+		name: "6c SourceVM.Switchover fails after the stop phase",
+		setup: func(e *env) {
+			e.vm.switchover = func(ctx context.Context) error {
+				if err := e.afterStop(ctx); err != nil {
+					return err
+				}
+				return errVMM
+			}
+		},
+		want: want{err: ErrRolledBack, is: errVMM, text: "VMM switchover", live: liveSource, cleanup: cleanDiscarded},
+	}, {
+		// The switchover, started at the quiesce, is still in flight
+		// when the stop phase fails: it is cancelled and waited for
+		// before the source VM resumes.
+		name: "4e stream cut mid-stop, the switchover in flight",
+		setup: func(e *env) {
+			e.vm.switchover = func(ctx context.Context) error { return waitFor(context.Background(), ctx.Done()) }
+			e.net.add(&fault{side: atSource, kind: kindData, when: e.whilePaused, act: actCut})
+		},
+		want: want{err: ErrRolledBack, text: "stop phase", live: liveSource, cleanup: cleanDiscarded},
 	}, {
 		name: "7 commit lost (control cut before the destination reads it)",
 		setup: func(e *env) {
@@ -333,6 +357,20 @@ func faultCells() []cell {
 		name:  "9b DestVM.RestoreFrontEnd fails after the commit",
 		setup: func(e *env) { e.host().breaks.failRestore = errVMM },
 		want:  want{err: ErrRolledBack, text: "could not resume the VM", live: liveSource, cleanup: cleanDiscarded},
+	}, {
+		// An early attach (QEMU's kind) fails before or after the
+		// decision comes, whichever: the source rolls back either way.
+		name: "9d DestVM.WaitLoaded fails in an early attach",
+		setup: func(e *env) {
+			e.host().breaks.early, e.host().breaks.failWaitLoaded = true, errVMM
+		},
+		want: want{err: ErrRolledBack, text: "the VMM did not load the VM", live: liveSource, cleanup: cleanDiscarded},
+	}, {
+		name: "9e DestVM.RestoreFrontEnd fails in an early attach",
+		setup: func(e *env) {
+			e.host().breaks.early, e.host().breaks.failRestore = true, errVMM
+		},
+		want: want{err: ErrRolledBack, text: "restoring the vGPU's PCI front end", live: liveSource, cleanup: cleanDiscarded},
 	}, {
 		name:  "9c DestVM.Resume fails after the commit",
 		setup: func(e *env) { e.host().breaks.failResume = errVMM },
@@ -432,6 +470,9 @@ func faultCells() []cell {
 		name: "13 destination shut down while waiting for the decision",
 		setup: func(e *env) {
 			e.vm.switchover = func(ctx context.Context) error {
+				if err := e.afterStop(ctx); err != nil {
+					return err
+				}
 				e.dest(0).stop()
 				return waitFor(context.Background(), ctx.Done())
 			}

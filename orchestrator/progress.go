@@ -10,8 +10,8 @@ const (
 	PhasePrepare    = "prepare"      // the destination creates the vGPU and the VM
 	PhaseVGPULive   = "vgpu-precopy" // the vGPU's live phase, the VM running
 	PhaseVMMLive    = "vmm-precopy"  // the VMM's own pre-copy, the VM running
-	PhaseStop       = "stop"         // the VM paused: the vGPU's stop phase
-	PhaseSwitchover = "switchover"   // the VM paused: the VMM's switchover
+	PhaseStop       = "stop"         // the VM paused: the vGPU's stop phase (the VMM's switchover starts beside it at the quiesce)
+	PhaseSwitchover = "switchover"   // the VM paused: the rest of the VMM's switchover after the stop phase
 	PhaseCommit     = "commit"       // the VM paused: the destination resumes it
 	PhaseDone       = "done"
 	PhaseRollback   = "rollback" // failed: the source runs on

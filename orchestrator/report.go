@@ -28,6 +28,9 @@ type Report struct {
 	// came out negative: the two clocks disagree, and Downtime and those
 	// terms carry the skew.
 	ClockSkewSuspect bool `json:"clock_skew_suspect,omitempty"`
+	// Beside are the phases that run partly beside the downtime's
+	// critical path, in full: the terms hold only their parts on it.
+	Beside Beside `json:"beside"`
 
 	// GuestGap is the guest-observed downtime: the host-clock gap between
 	// the guest's last heartbeat on the source and its first on the
@@ -50,6 +53,58 @@ type Report struct {
 	Estimate *Estimate `json:"estimate,omitempty"`
 }
 
+// Beside are the full durations of the phases that run partly beside
+// other work of the downtime (doc.go, "Downtime"): the VMM's switchover,
+// which starts once the vGPU is quiesced, beside the rest of the stop
+// phase, and the destination's attach, which a VM that allows it
+// (EarlyAttacher) runs from the verdict on, before the commit arrives.
+// Their terms ("vmm switchover", "vmm load", "front-end restore") count
+// only what came after that other work; the parts here "beside" or
+// "before the commit" were off the guest's downtime path.
+type Beside struct {
+	// Switchover is the VMM's switchover, start to completion (source
+	// clock); SwitchoverInStop the part of it while the vGPU's stop phase
+	// still ran.
+	Switchover       time.Duration `json:"switchover_ns"`
+	SwitchoverInStop time.Duration `json:"switchover_in_stop_ns"`
+	// Load is the destination's wait for its VMM's load, from the
+	// attach's start (its verdict with an early attach, else the commit);
+	// FrontEnd the device-written guest RAM's write and the front end's
+	// restore after it; the ...BeforeCommit parts ended before the commit
+	// arrived (destination clock).
+	Load                 time.Duration `json:"load_ns"`
+	LoadBeforeCommit     time.Duration `json:"load_before_commit_ns"`
+	FrontEnd             time.Duration `json:"front_end_ns"`
+	FrontEndBeforeCommit time.Duration `json:"front_end_before_commit_ns"`
+}
+
+// beside computes Beside from both sides' times, each side's on its own
+// clock.
+func beside(s sourceTimes, d DestTimes) Beside {
+	var b Beside
+	if !s.switchStart.IsZero() && !s.switchEnd.IsZero() {
+		b.Switchover = s.switchEnd.Sub(s.switchStart)
+		b.SwitchoverInStop = max(earlier(s.switchEnd, s.stopEnd).Sub(s.switchStart), 0)
+	}
+	loaded, frontEnd := d.Loaded, d.FrontEnd
+	start := d.CommitReceived
+	if !d.AttachStart.IsZero() {
+		start, loaded, frontEnd = d.AttachStart, d.LoadDone, d.FrontEndDone
+		b.LoadBeforeCommit = max(earlier(loaded, d.CommitReceived).Sub(start), 0)
+		b.FrontEndBeforeCommit = max(earlier(frontEnd, d.CommitReceived).Sub(earlier(loaded, d.CommitReceived)), 0)
+	}
+	b.Load = max(loaded.Sub(start), 0)
+	b.FrontEnd = max(frontEnd.Sub(loaded), 0)
+	return b
+}
+
+func earlier(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
 // Term is one consecutive part of the downtime.
 type Term struct {
 	Name string        `json:"name"`
@@ -66,10 +121,10 @@ const (
 	TermRestore    = "vgpu restore"        // destination: state decoded and restored
 	TermReplay     = "api log replay"      // destination: log replayed into the state
 	TermVerdict    = "stream tail+verdict" // the stream's tail in flight, the verdict's way back
-	TermSwitchover = "vmm switchover"      // the VMM's own remaining RAM and devices
+	TermSwitchover = "vmm switchover"      // the VMM's own remaining RAM and devices, the part beyond the stop phase
 	TermCommit     = "commit"              // the commit's way to the destination
-	TermLoad       = "vmm load"            // destination VMM finishes loading
-	TermFrontEnd   = "front-end restore"   // device-written guest RAM written back, PCI config replayed into the VMM
+	TermLoad       = "vmm load"            // destination VMM finishes loading, the part after the commit arrived
+	TermFrontEnd   = "front-end restore"   // device-written guest RAM written back, PCI config replayed into the VMM, the part after the commit arrived
 	TermRecord     = "commit record"       // the rest of the durable commit record's write
 	TermEngine     = "engine resume"       // the vGPU's engine is told to run
 	TermResume     = "vm resume"           // the VMM runs the VM
@@ -78,6 +133,8 @@ const (
 // sourceTimes are the source's timestamps, on its clock.
 type sourceTimes struct {
 	paused, stopStart, stopEnd, switched time.Time
+	// The VMM's switchover, which runs beside the stop phase.
+	switchStart, switchEnd time.Time
 }
 
 // terms divides paused → resumed into consecutive parts from both sides'
@@ -141,6 +198,12 @@ func (r Report) String() string {
 	}
 	if r.ClockSkewSuspect {
 		fmt.Fprintf(&b, "    (a term spanning both hosts is negative: their clocks disagree; the downtime carries the skew)\n")
+	}
+	if x := r.Beside; x.Switchover > 0 || x.Load > 0 || x.FrontEnd > 0 {
+		fmt.Fprintf(&b, "  in full, beside the terms above:\n")
+		fmt.Fprintf(&b, "    %-22s %9s ms (%s ms of it beside the vGPU stop phase)\n", TermSwitchover, ms(x.Switchover), ms(x.SwitchoverInStop))
+		fmt.Fprintf(&b, "    %-22s %9s ms (%s ms of it before the commit arrived)\n", TermLoad, ms(x.Load), ms(x.LoadBeforeCommit))
+		fmt.Fprintf(&b, "    %-22s %9s ms (%s ms of it before the commit arrived)\n", TermFrontEnd, ms(x.FrontEnd), ms(x.FrontEndBeforeCommit))
 	}
 	if r.GuestBeats {
 		fmt.Fprintf(&b, "  guest-observed downtime (largest heartbeat gap)  %s ms\n", ms(r.GuestGap))

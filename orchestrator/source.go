@@ -125,6 +125,7 @@ type outgoing struct {
 	src      *precopy.Source
 	instance string // the destination gmigd's run
 	times    sourceTimes
+	sw       *switchover // the VMM's, beside the stop phase
 }
 
 func (m *outgoing) run(ctx context.Context) error {
@@ -148,22 +149,38 @@ func (m *outgoing) run(ctx context.Context) error {
 	// connection but why it gave up: that, or its end (a dead gmigd, a
 	// cut link), stops the migration at once, whatever phase is waiting.
 	pctx, stopWatch := m.watchControl(jctx)
+	// The VMM's switchover starts once the stop phase has quiesced the
+	// vGPU and runs beside the rest of it (switchover.go); a failed
+	// switchover ends the stop phase (sctx).
+	sctx, failStop := context.WithCancelCause(pctx)
+	defer failStop(nil)
+	m.sw = newSwitchover(pctx, m.VM, failStop)
+	defer m.sw.release()
 	if err := m.live(pctx, incoming); err != nil {
 		stopWatch()
 		return m.rollback(ctx, "pre-copy", cancelCause(jctx, hungUp(jctx, pctx, err)))
 	}
-	if err := m.stop(pctx); err != nil {
+	if err := m.stop(sctx); err != nil {
+		// The switchover is waited for (cancelled first) before the
+		// rollback resumes the VM, whatever state it left the VMM in.
+		swErr := m.sw.abandon()
 		stopWatch()
+		if swErr != nil && context.Cause(sctx) == swErr {
+			return m.rollback(ctx, "VMM switchover", cancelCause(jctx, swErr))
+		}
 		return m.rollback(ctx, "stop phase", cancelCause(jctx, hungUp(jctx, pctx, err)))
 	}
 	m.progress.enter(PhaseSwitchover)
-	err = m.VM.Switchover(pctx)
+	err = m.sw.wait()
+	m.times.switchStart, m.times.switchEnd = m.sw.start, m.sw.end
 	if !stopWatch() && err == nil {
 		err = context.Cause(pctx)
 	}
 	if err != nil {
 		return m.rollback(ctx, "VMM switchover", cancelCause(jctx, hungUp(jctx, pctx, err)))
 	}
+	// The commit comes only now: after the destination's verdict (the
+	// stop phase) and the VMM's completed switchover, both.
 	if err := m.Control.commitPoint(jctx); err != nil {
 		return m.rollback(ctx, "commit point", err)
 	}
@@ -312,6 +329,13 @@ func (m *outgoing) live(ctx context.Context, incoming string) error {
 	m.data = newLimitedConn(data, m.Control.limit)
 	opts := m.Precopy
 	opts.Log = m.log
+	quiesced := opts.Quiesced
+	opts.Quiesced = func() {
+		if quiesced != nil {
+			quiesced()
+		}
+		m.sw.begin()
+	}
 	if m.src, err = precopy.NewSource(m.VGPU, m.data, opts); err != nil {
 		return err
 	}
@@ -369,15 +393,23 @@ func (m *outgoing) stop(ctx context.Context) error {
 // commit sends the decision and learns the outcome; on any outcome but
 // the destination running the VM, the source runs on.
 func (m *outgoing) commit(ctx context.Context) (DestTimes, error) {
-	var c committed
+	// The answer is committed, or the destination's gaveUp when it gave
+	// up (an early attach failed: attach.go) as the commit was on its way.
+	var c struct {
+		committed
+		gaveUp
+	}
 	_ = m.ctl.SetWriteDeadline(time.Now().Add(m.Timeouts.Message))
 	err := writeMsg(m.ctl, decision{Commit: true})
 	if err == nil {
 		err = m.await(&c, m.Timeouts.Decision)
 	}
 	if err == nil {
-		if c.OK {
+		switch {
+		case c.OK:
 			return c.Times, nil
+		case c.GaveUp != "":
+			return DestTimes{}, m.rollback(ctx, "commit", fmt.Errorf("%w: %s", ErrDestinationGaveUp, c.GaveUp))
 		}
 		return DestTimes{}, m.rollback(ctx, "commit", fmt.Errorf("the destination could not resume the VM: %s", c.Error))
 	}
@@ -436,6 +468,7 @@ func (m *outgoing) finish(ctx context.Context, d DestTimes) {
 		m.rep.PausedAt, m.rep.ResumedAt = m.times.paused.Round(0), d.Resumed.Round(0)
 		m.rep.Downtime = m.rep.ResumedAt.Sub(m.rep.PausedAt)
 		m.rep.Terms, m.rep.ClockSkewSuspect = terms(m.times, m.rep.Precopy.Stop, d)
+		m.rep.Beside = beside(m.times, d)
 		// Only an answered commit leaves a control connection that the
 		// destination's first heartbeat comes on.
 		m.guestGap()

@@ -84,12 +84,22 @@ type decision struct {
 // its own clock.
 type DestTimes struct {
 	CommitReceived time.Time `json:"commit_received"`
-	Loaded         time.Time `json:"loaded"`     // the VMM had loaded the VM
-	FrontEnd       time.Time `json:"front_end"`  // the front end was restored
-	Recorded       time.Time `json:"recorded"`   // the commit is on disk (written beside the load)
-	EngineRun      time.Time `json:"engine_run"` // the vGPU's engine is told to run
-	Resumed        time.Time `json:"resumed"`    // the VM runs (the VMM's own timestamp)
-	ConfigWrites   int       `json:"config_writes"`
+	// Loaded and FrontEnd: the VMM had loaded the VM, the front end was
+	// restored (its device-written guest RAM written back first) — with an
+	// early attach (EarlyAttacher), the moment the commit found each done,
+	// never before CommitReceived: their parts on the downtime's path.
+	Loaded       time.Time `json:"loaded"`
+	FrontEnd     time.Time `json:"front_end"`
+	Recorded     time.Time `json:"recorded"`   // the commit is on disk (written beside the load)
+	EngineRun    time.Time `json:"engine_run"` // the vGPU's engine is told to run
+	Resumed      time.Time `json:"resumed"`    // the VM runs (the VMM's own timestamp)
+	ConfigWrites int       `json:"config_writes"`
+	// An early attach's own times, from its start right after the
+	// verdict; absent (zero) when the attach ran after the commit, or from
+	// a destination before early attaches (which a source reads as that).
+	AttachStart  time.Time `json:"attach_start,omitzero"`
+	LoadDone     time.Time `json:"load_done,omitzero"`
+	FrontEndDone time.Time `json:"front_end_done,omitzero"`
 }
 
 type committed struct {

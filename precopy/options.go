@@ -107,7 +107,13 @@ type Options struct {
 	// changed: the full hash as the log's oracle, for tests. It costs the
 	// hashing the log saves.
 	VerifyWriteLog bool
-	Log            zerolog.Logger
+	// Quiesced, if set, is called once by Stop, on Stop's goroutine, right
+	// after the vGPU is quiesced: from then on the device writes no guest
+	// RAM, so with the VM paused guest RAM is final and the VMM's own
+	// switchover may start beside the rest of the stop phase. It must not
+	// block.
+	Quiesced func()
+	Log      zerolog.Logger
 }
 
 // WriteLog is a log of the guest CPU's writes that the Source closes.

@@ -80,6 +80,9 @@ func (s *Source) stop(ctx context.Context, rep *Report) error {
 	s.quiesced = true
 	s.mu.Unlock()
 	rep.Stop.Quiesce = time.Since(t)
+	if s.opts.Quiesced != nil {
+		s.opts.Quiesced()
+	}
 
 	t = time.Now()
 	// The GPU hashes device-local memory while the CPU scans the

@@ -282,7 +282,10 @@ type Incoming struct {
 	uri string
 }
 
-var _ orchestrator.DestVM = (*Incoming)(nil)
+var (
+	_ orchestrator.DestVM        = (*Incoming)(nil)
+	_ orchestrator.EarlyAttacher = (*Incoming)(nil)
+)
 
 // Listen makes QEMU listen for the incoming migration on host (an address
 // of this host the source can reach) at a port it picks.
@@ -372,3 +375,8 @@ func (in *Incoming) Resume(ctx context.Context) (time.Time, error) {
 	}
 	return e.At, nil
 }
+
+// AttachBeforeCommit is true: the destination QEMU's load and its front
+// end's restore run before the source's commit, since an abort kills this
+// QEMU with everything they did (orchestrator.EarlyAttacher).
+func (in *Incoming) AttachBeforeCommit() bool { return true }
