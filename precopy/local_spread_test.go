@@ -500,3 +500,49 @@ func TestGPULocalStopSendsGPUHashes(t *testing.T) {
 		})
 	}
 }
+
+// baseAtLoad is a localLoader that records where the destination's
+// device-local memory lay at its first load.
+type baseAtLoad struct {
+	localLoader
+	v    *vgpu.VGPU
+	once sync.Once
+	base uint64
+}
+
+func (b *baseAtLoad) LoadLocal(pages []int, mem []byte) error {
+	b.once.Do(func() { b.base = b.v.GPU().DeviceAddrBase() })
+	return b.localLoader.LoadLocal(pages, mem)
+}
+
+// TestGPULocalPlacedBeforeStop: the destination puts its device-local
+// memory at the source's device address when the pre-copy begins (the
+// begin Meta says where), so the restore in the downtime moves nothing:
+// its first load of received pages, before any restore, already finds it
+// there.
+func TestGPULocalPlacedBeforeStop(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	src, dst := cudaLocalPairSized(t, localBytes, "")
+	want, before := src.V.GPU().DeviceAddrBase(), dst.V.GPU().DeviceAddrBase()
+	if want == before {
+		t.Fatalf("source and destination local memory both at %#x before the migration: nothing to show", want)
+	}
+	at := &baseAtLoad{v: dst.V}
+	save := wrapLoader
+	wrapLoader = func(l localLoader) localLoader { at.localLoader = l; return at }
+	t.Cleanup(func() { wrapLoader = save })
+	s, a, recv := startCuttable(ctx, t, src.V, dst.V, 1, false, Options{Strategy: OneShot, Workers: 2, Log: migtest.Log})
+	defer s.Close()
+	defer a.Close()
+	must(t, s.Precopy(ctx))
+	_, err := s.Stop(ctx)
+	must(t, err)
+	must(t, (<-recv).err)
+	if at.base != want {
+		t.Errorf("the destination's first load found local memory at %#x, want the source's %#x (it was at %#x)", at.base, want, before)
+	}
+	if got := dst.V.GPU().DeviceAddrBase(); got != want {
+		t.Errorf("after the migration the destination's local memory is at %#x, want %#x", got, want)
+	}
+}

@@ -125,10 +125,11 @@ func NewSource(v *vgpu.VGPU, conn io.ReadWriter, opts Options) (*Source, error) 
 	w, err := stream.NewWriter(conn)
 	if err == nil {
 		spec := v.Spec()
-		err = writeMeta(w, meta{
-			Phase: phaseBegin, Name: cfg.Name, VGPU: &spec,
-			Strategy: opts.Strategy, StateEncoding: stateEncoding,
-		})
+		begin := meta{Phase: phaseBegin, Name: cfg.Name, VGPU: &spec, Strategy: opts.Strategy, StateEncoding: stateEncoding}
+		if g := v.GPU(); g != nil && g.LocalSize() > 0 {
+			begin.DeviceAddrBase = g.DeviceAddrBase()
+		}
+		err = writeMeta(w, begin)
 	}
 	if err != nil {
 		_ = v.ObserveWrites(nil)

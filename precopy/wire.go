@@ -43,6 +43,11 @@ type meta struct {
 	VGPU          *vgpu.Spec `json:"vgpu,omitempty"` // the source's vGPU, which the destination's must be
 	Strategy      Strategy   `json:"strategy,omitempty"`
 	StateEncoding string     `json:"state_encoding,omitempty"`
+	// DeviceAddrBase is where the source's device-local memory lies on its
+	// GPU (a cuda vGPU with local memory; 0 otherwise), the address the
+	// guest holds: the destination places its own there before the pages
+	// come, rather than at the restore, in the downtime.
+	DeviceAddrBase uint64 `json:"device_addr_base,omitempty"`
 
 	// stop: with the stop phase spread over several streams, how many
 	// (the main one included) and the token their ShardHeaders carry

@@ -141,6 +141,14 @@ func (v *VGPU) GPUWorkerPID() int {
 	return 0
 }
 
+// PlaceLocal puts device-local memory at device address addr, as the
+// restore of a state saved at addr does (placeLocal), ahead of it: a
+// migration's destination, told the source's address before the pages
+// come, moves its memory there outside the downtime. Only while the vGPU
+// runs nothing (a destination before its restore); errors are
+// placeLocal's.
+func (v *VGPU) PlaceLocal(addr uint64) error { return v.placeLocal(addr) }
+
 // placeLocal asks the CUDA back end for device-local memory at addr, the
 // saved RegDeviceAddrBase, before the engine's state, which must find it
 // there, is restored: the device address a guest holds must not change
