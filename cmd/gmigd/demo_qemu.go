@@ -51,6 +51,8 @@ type qemuDemo struct {
 	// cache's with a layer appended (scripts/pyguest.py).
 	initrd string
 	binary string // the gmigd the daemons run (default: this program)
+	// streams is the daemons' -streams (0: their default).
+	streams *int
 }
 
 func (q *qemuDemo) flags(fs *flag.FlagSet) {
@@ -67,6 +69,7 @@ func (q *qemuDemo) flags(fs *flag.FlagSet) {
 	fs.StringVar(&q.program, "cuda-program", "", "the guest runs this CUDA program on its libcuda.so.1 instead of the suite and workload: PROGRAM[,ARG...] (e.g. /usr/bin/cuda-streams,100,100); a second VM on B runs it unmigrated and the outputs are compared")
 	fs.IntVar(&q.programLines, "program-lines", 4, "-cuda-program: migrate once the program printed this many lines")
 	fs.StringVar(&q.initrd, "initrd", "", "the guest's initramfs (default: the cache's guest/initramfs.cpio), e.g. a copy of it with another newc archive appended (docs/cuda.md, \"Python in the guest\")")
+	q.streams = streamsFlag(fs, "the daemons' -streams: the vGPU stop phase's streams (0: their default, half the cores, at most 8)")
 	fs.BoolVar(&q.noTracking, "no-tracking", false, "migrate without the log of the guest's aperture writes (the stop phase hashes every page), for comparison")
 }
 
@@ -88,6 +91,11 @@ type demoCluster struct {
 }
 
 func (q *qemuDemo) run(ctx context.Context) error {
+	if q.streams != nil {
+		if err := checkStreams(*q.streams); err != nil {
+			return err
+		}
+	}
 	root := qemu.Root(filepath.Join(q.cache, "qemu-root"))
 	if err := root.Check(); err != nil {
 		return fmt.Errorf("%w\n(`make demo` provisions it; `gmigd demo -sim` runs without QEMU)", err)
@@ -119,6 +127,9 @@ func (q *qemuDemo) run(ctx context.Context) error {
 	fmt.Printf("gmigd demo: two gmigd daemons and a Linux VM under QEMU on this machine (%s: %s); files in %s\n", accel, why, dir)
 	opts := cluster.Options{Binary: self, QEMURoot: string(root), Pool: q.poolSize(), LogLevel: q.logLevel(),
 		Extra: cluster.BackendFlags(q.backend)}
+	if q.streams != nil && *q.streams > 0 {
+		opts.Extra = append(opts.Extra, "-streams", strconv.Itoa(*q.streams))
+	}
 	var daemons [2]*cluster.Daemon
 	for i, name := range []string{"a", "b"} {
 		d, err := cluster.Start(ctx, dir, name, opts)

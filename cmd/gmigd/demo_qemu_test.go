@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -37,5 +39,19 @@ func TestDemoGuestImage(t *testing.T) {
 	}
 	if _, initrd, err = q.guestImage(); err != nil || initrd != q.initrd {
 		t.Fatalf("-initrd: %s %v", initrd, err)
+	}
+}
+
+// TestDemoStreamsFlag: the demo's -streams is refused out of range before
+// anything starts.
+func TestDemoStreamsFlag(t *testing.T) {
+	var q qemuDemo
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	q.flags(fs)
+	if err := fs.Parse([]string{"-streams", "1000", "-cache", t.TempDir()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.run(context.Background()); err == nil || !strings.Contains(err.Error(), "-streams 1000") {
+		t.Fatalf("-streams 1000: %v, want the flag refused", err)
 	}
 }
