@@ -47,7 +47,7 @@ func TestSwitchoverBesideStopPhase(t *testing.T) {
 		return waitFor(ctx, release)
 	}
 	e.net.add(&fault{side: atDest, kind: kindData, act: actPass, first: func() {
-		if err := waitFor(nil, started); err != nil {
+		if err := waitFor(context.Background(), started); err != nil {
 			t.Error(err)
 		}
 		verdictSent.Store(true)
@@ -96,7 +96,7 @@ func TestStopFailsWithSwitchoverInFlight(t *testing.T) {
 		return waitFor(context.Background(), ctx.Done())
 	}
 	e.net.add(&fault{side: atDest, kind: kindData, act: actCut, first: func() {
-		if err := waitFor(nil, started); err != nil {
+		if err := waitFor(context.Background(), started); err != nil {
 			t.Error(err)
 		}
 	}})
@@ -133,7 +133,7 @@ func TestAttachBeforeOrAfterCommit(t *testing.T) {
 			e.host().breaks.onRestored = func() { close(restored) }
 			if early {
 				e.net.add(&fault{side: atSource, kind: kindMigrate, when: isCommit, act: actPass, first: func() {
-					if err := waitFor(nil, restored); err != nil {
+					if err := waitFor(context.Background(), restored); err != nil {
 						t.Errorf("the early front end was not restored before the commit: %v", err)
 					}
 				}})
