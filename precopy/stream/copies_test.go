@@ -19,12 +19,7 @@ func TestWriteCopies(t *testing.T) {
 	for p := pages - 1; p >= 0; p -= 1 + rng.IntN(3) {
 		idx = append(idx, uint32(p))
 	}
-	copies := make([]byte, len(idx)*PageSize)
-	hashes := make([]uint64, len(idx))
-	for i, p := range idx {
-		copy(copies[i*PageSize:], src[int(p)*PageSize:(int(p)+1)*PageSize])
-		hashes[i] = hashOf(copies[i*PageSize : (i+1)*PageSize])
-	}
+	copies, hashes := packCopies(src, idx)
 	for _, hs := range [][]uint64{hashes, nil} {
 		var buf bytes.Buffer
 		w, err := NewWriterSize(&buf, 100)
@@ -97,12 +92,7 @@ func TestWriteCopiesSameBytes(t *testing.T) {
 	for p := 0; p < pages; p += 1 + rng.IntN(2) {
 		idx = append(idx, uint32(p))
 	}
-	copies := make([]byte, len(idx)*PageSize)
-	hashes := make([]uint64, len(idx))
-	for i, p := range idx {
-		copy(copies[i*PageSize:], src[int(p)*PageSize:(int(p)+1)*PageSize])
-		hashes[i] = hashOf(copies[i*PageSize : (i+1)*PageSize])
-	}
+	copies, hashes := packCopies(src, idx)
 	write := func(fn func(w *Writer) error) []byte {
 		var buf bytes.Buffer
 		w, err := NewWriterSize(&buf, 64)
@@ -148,4 +138,16 @@ func TestPrepareBatchMergesRuns(t *testing.T) {
 	if len(iov) != 5 || len(iov[1]) != 2*PageSize {
 		t.Fatalf("frozen: %d pieces, the first %d bytes; want 5, 2 pages", len(iov), len(iov[1]))
 	}
+}
+
+// packCopies copies pages idx of src back to back, as WriteCopies takes
+// them, with the hash of each copy.
+func packCopies(src []byte, idx []uint32) ([]byte, []uint64) {
+	copies := make([]byte, len(idx)*PageSize)
+	hashes := make([]uint64, len(idx))
+	for i, p := range idx {
+		copy(copies[i*PageSize:], src[int(p)*PageSize:(int(p)+1)*PageSize])
+		hashes[i] = hashOf(copies[i*PageSize : (i+1)*PageSize])
+	}
+	return copies, hashes
 }
