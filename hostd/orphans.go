@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -26,8 +27,11 @@ const (
 )
 
 // recoverVMs reports the VMs an earlier gmigd of this run directory
-// started and did not stop: each left its QMP socket,
-// RUN-DIR/vms/NAME/qmp.sock. A QEMU still behind it is adopted and
+// started and did not stop: each left its mark, RUN-DIR/vms/NAME/vm
+// (vmMark), and its QMP socket there, RUN-DIR/vms/NAME/qmp.sock, unless
+// its QEMU removed that when it exited (QEMU unlinks its listening
+// sockets on a clean exit: one that ends on SIGTERM, as a QEMU does when
+// the gmigd that started it dies). A QEMU still behind it is adopted and
 // listed in state vgpu-lost, an outgoing migration it was left in ended
 // first (qemu.VM.EndOrphanedMigration: cancelled and the VM continued if
 // it had not completed; left paused if it had). A socket with no QEMU
@@ -35,8 +39,7 @@ const (
 // it is stopped. The QEMUs of incoming migrations left pending are ended
 // before (recoverMigrations) and are not reported.
 func (h *Host) recoverVMs() {
-	socks, _ := filepath.Glob(filepath.Join(h.cfg.RunDir, "vms", "*", "qmp.sock"))
-	for _, sock := range socks {
+	for _, sock := range leftVMs(h.cfg.RunDir) {
 		name := filepath.Base(filepath.Dir(sock))
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		q, err := qemu.Adopt(ctx, sock, qemu.DeviceID)
@@ -84,17 +87,41 @@ func (h *Host) recoverVGPUs() {
 	}
 }
 
+// leftVMs returns the QMP socket path of every VM directory of runDir that
+// still says a VM runs: its socket, or its mark (the socket may be gone),
+// in name order.
+func leftVMs(runDir string) []string {
+	var socks []string
+	seen := map[string]bool{}
+	for _, pattern := range []string{"qmp.sock", "vm"} {
+		found, _ := filepath.Glob(filepath.Join(runDir, "vms", "*", pattern))
+		for _, f := range found {
+			if dir := filepath.Dir(f); !seen[dir] {
+				seen[dir] = true
+				socks = append(socks, filepath.Join(dir, "qmp.sock"))
+			}
+		}
+	}
+	slices.Sort(socks)
+	return socks
+}
+
+// vmMark is the file gmigd puts in a VM's directory before it starts the
+// VM's QEMU and removes once it has ended the VM itself (forgetVMFiles):
+// what tells a restarted gmigd that a VM ran here, whatever QEMU left.
+func vmMark(dir string) string { return filepath.Join(dir, "vm") }
+
 // incomingMark is the file that marks a VM directory as an incoming
 // migration's until its commit: its QEMU never ran the VM, and a restart
 // that finds it gone does not report it lost.
 func incomingMark(dir string) string { return filepath.Join(dir, "incoming") }
 
 // forgetVMFiles removes what says a VM runs from its directory once gmigd
-// has ended the VM itself (its QMP socket: a QEMU killed leaves it; the
-// incoming mark) and its readline HMP monitor's socket. The console log
-// stays.
+// has ended the VM itself (its mark, its QMP socket: a QEMU killed leaves
+// it; the incoming mark) and its readline HMP monitor's socket. The
+// console log stays.
 func (h *Host) forgetVMFiles(dir string) {
-	for _, f := range []string{filepath.Join(dir, "qmp.sock"), filepath.Join(dir, qemu.HMPSocket), incomingMark(dir)} {
+	for _, f := range []string{vmMark(dir), filepath.Join(dir, "qmp.sock"), filepath.Join(dir, qemu.HMPSocket), incomingMark(dir)} {
 		if err := os.Remove(f); err != nil && !os.IsNotExist(err) {
 			h.log.Warn().Err(err).Msg("removing a VM's file")
 		}

@@ -11,9 +11,11 @@ import (
 	"github.com/gmig-dev/gmig/vgpu"
 )
 
-// TestRecoverVMs: a restarted gmigd lists a VM whose QEMU is gone (its
-// QMP socket left, nothing behind it) as lost until it is stopped, and
-// forgets an incoming migration's VM directory without reporting it.
+// TestRecoverVMs: a restarted gmigd lists a VM whose QEMU is gone — its
+// QMP socket left, nothing behind it (a QEMU killed), or only gmigd's
+// mark left (a QEMU that exited cleanly unlinks its socket) — as lost
+// until it is stopped, and forgets an incoming migration's VM directory
+// without reporting it.
 func TestRecoverVMs(t *testing.T) {
 	dir := t.TempDir()
 	stale := func(name string) string {
@@ -28,9 +30,26 @@ func TestRecoverVMs(t *testing.T) {
 		}
 		l.SetUnlinkOnClose(false)
 		l.Close() // what a killed QEMU leaves
+		if err := os.WriteFile(vmMark(d), nil, 0o640); err != nil {
+			t.Fatal(err)
+		}
 		return d
 	}
 	stale("gone")
+	exited := filepath.Join(dir, "vms", "exited")
+	if err := os.MkdirAll(exited, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(vmMark(exited), nil, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	stopped := filepath.Join(dir, "vms", "stopped") // a VM stopped by gmigd: its console alone
+	if err := os.MkdirAll(stopped, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(stopped, "console.log"), nil, 0o640); err != nil {
+		t.Fatal(err)
+	}
 	in := stale("arriving")
 	if err := os.WriteFile(incomingMark(in), nil, 0o640); err != nil {
 		t.Fatal(err)
@@ -41,8 +60,14 @@ func TestRecoverVMs(t *testing.T) {
 	}
 	defer h.Close()
 	vms := h.ListVMs()
-	if len(vms) != 1 || vms[0].Name != "gone" || vms[0].State != vmLost {
-		t.Fatalf("recovered %+v, want gone %s", vms, vmLost)
+	if len(vms) != 2 || vms[0].Name != "exited" || vms[1].Name != "gone" || vms[0].State != vmLost || vms[1].State != vmLost {
+		t.Fatalf("recovered %+v, want exited and gone %s", vms, vmLost)
+	}
+	if err := h.StopVM("exited"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(vmMark(exited)); !os.IsNotExist(err) {
+		t.Errorf("the exited VM's mark after the stop: %v, want removed", err)
 	}
 	if _, err := os.Stat(filepath.Join(in, "qmp.sock")); !os.IsNotExist(err) {
 		t.Errorf("the incoming VM's socket: %v, want removed", err)

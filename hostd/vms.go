@@ -191,6 +191,9 @@ func (h *Host) launch(ctx context.Context, name string, spec qemu.Spec, socket s
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("hostd: VM directory: %w", err)
 	}
+	if err := os.WriteFile(vmMark(dir), nil, 0o640); err != nil {
+		return nil, fmt.Errorf("hostd: VM directory: %w", err)
+	}
 	con, err := openConsole(dir, name, incoming)
 	if err != nil {
 		return nil, err
