@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gmig-dev/gmig/internal/apilog"
+	"github.com/gmig-dev/gmig/precopy"
 )
 
 // Attaching the arrived vGPU to the destination VM: the VMM finishes
@@ -17,6 +18,16 @@ import (
 // beside the source's switchover and the commit's way here
 // (EarlyAttacher); the durable "resumed" record, the engine's resume and
 // the VM's stay after the commit. Otherwise it runs after the commit.
+//
+// For such a VM it starts sooner still where the source sends the guest
+// RAM and the front end's writes first in its stop phase: as soon as they
+// have arrived (precopy.Options.FrontEndArrived), while the pages still
+// come, with those writes and that guest RAM — what the restored vGPU
+// would give (its config writes are the FrontEnd section's). The VMM's
+// config writes then reach the vGPU before its restore, which loads the
+// source's config space over what they wrote: the same bytes (internal/pci
+// keeps the space as plain data; the MSI eventfds QEMU sets up live in
+// the vfio layer, untouched by a restore).
 
 // EarlyAttacher is a DestVM that may be attached before the source's
 // decision.
@@ -45,7 +56,11 @@ type attaching struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	failed chan error // early only: the error, once, if it fails
-	// Set before done is closed.
+	// given: the writes and the guest RAM came with the stream's front
+	// end (attachOnFrontEnd), not from the restored vGPU.
+	given bool
+	ram   *precopy.GuestRAM
+	// Set before done is closed (writes before start, where given).
 	start, loaded, frontEnd time.Time
 	writes                  []apilog.Entry
 	err                     *attachErr
@@ -55,11 +70,41 @@ type attaching struct {
 // allows it (nil if not); ctx bounds it together with the decision
 // timeout.
 func (in *arriving) attachEarly(ctx context.Context) *attaching {
-	if e, ok := in.landing.VM().(EarlyAttacher); !ok || !e.AttachBeforeCommit() {
+	if in.att != nil {
+		return in.att // started when the front end arrived
+	}
+	if !in.attachableEarly() {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, in.d.opts.Timeouts.Decision)
 	return in.startAttach(ctx, cancel, time.Now(), true)
+}
+
+// attachableEarly reports whether the VM may be attached before the
+// decision.
+func (in *arriving) attachableEarly() bool {
+	e, ok := in.landing.VM().(EarlyAttacher)
+	return ok && e.AttachBeforeCommit()
+}
+
+// attachOnFrontEnd is the receive's precopy.Options.FrontEndArrived for a
+// VM attachable early (nil otherwise): it starts the attach with the
+// stream's front end and guest RAM, bounded by ctx and the decision
+// timeout, and sets in.att. It runs on the receive's goroutine.
+func (in *arriving) attachOnFrontEnd(ctx context.Context) func([]apilog.Entry, *precopy.GuestRAM) {
+	if !in.attachableEarly() {
+		return nil
+	}
+	return func(writes []apilog.Entry, ram *precopy.GuestRAM) {
+		if in.att != nil {
+			return
+		}
+		actx, cancel := context.WithTimeout(ctx, in.d.opts.Timeouts.Decision)
+		a := &attaching{early: true, cancel: cancel, done: make(chan struct{}), failed: make(chan error, 1),
+			start: time.Now(), given: true, ram: ram, writes: writes}
+		in.att = a
+		a.begin(actx, in)
+	}
 }
 
 // attach starts the attach after the commit (received at start).
@@ -69,14 +114,19 @@ func (in *arriving) attach(ctx context.Context, start time.Time) *attaching {
 
 func (in *arriving) startAttach(ctx context.Context, cancel context.CancelFunc, start time.Time, early bool) *attaching {
 	a := &attaching{early: early, cancel: cancel, done: make(chan struct{}), failed: make(chan error, 1), start: start}
+	a.begin(ctx, in)
+	return a
+}
+
+// begin runs the attach on a goroutine of its own.
+func (a *attaching) begin(ctx context.Context, in *arriving) {
 	go func() {
 		defer close(a.done)
-		defer cancel()
+		defer a.cancel()
 		if a.err = a.run(ctx, in); a.err != nil {
 			a.failed <- a.err
 		}
 	}()
-	return a
 }
 
 func (a *attaching) run(ctx context.Context, in *arriving) *attachErr {
@@ -88,12 +138,18 @@ func (a *attaching) run(ctx context.Context, in *arriving) *attachErr {
 	// The VMM's RAM is loaded: the guest RAM the source's engine wrote,
 	// which the VMM's migration did not carry, goes over it (a VM without
 	// a VMM migration shares the source's RAM: nothing to carry).
+	ram := a.ram // given with the front end; else the received report's (Receive has returned)
+	if !a.given {
+		ram = in.rep.GuestRAM
+	}
 	if vm.Incoming() != "" {
-		if err := in.rep.GuestRAM.WriteTo(v); err != nil {
+		if err := ram.WriteTo(v); err != nil {
 			return &attachErr{"writing the guest RAM the device wrote", err}
 		}
 	}
-	a.writes = v.ConfigWrites()
+	if !a.given {
+		a.writes = v.ConfigWrites()
+	}
 	if err := vm.RestoreFrontEnd(ctx, a.writes); err != nil {
 		return &attachErr{"restoring the vGPU's PCI front end", err}
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/gmig-dev/gmig/internal/apilog"
 	"github.com/gmig-dev/gmig/precopy"
 	"github.com/gmig-dev/gmig/vgpu"
 )
@@ -305,7 +306,8 @@ func (in *arriving) run(ctx context.Context) error {
 		case <-rctx.Done():
 		}
 	}()
-	if err := in.receive(rctx, streams); err != nil {
+	if err := in.receive(rctx, streams, in.attachOnFrontEnd(ctx)); err != nil {
+		in.att.abandon() // an attach begun with the front end: before the discard
 		return err
 	}
 	cancel()
@@ -366,7 +368,7 @@ func (in *arriving) refuse(err error) error {
 
 // receive takes the vGPU stream, and the stop phase's extra streams, into
 // the landed vGPU; the verdict goes back on the stream's connection.
-func (in *arriving) receive(ctx context.Context, streams *waiting) error {
+func (in *arriving) receive(ctx context.Context, streams *waiting, frontEnd func([]apilog.Entry, *precopy.GuestRAM)) error {
 	var data net.Conn
 	select {
 	case data = <-streams.data:
@@ -379,7 +381,7 @@ func (in *arriving) receive(ctx context.Context, streams *waiting) error {
 	extra := &extraStreams{w: streams, timeout: in.d.opts.Timeouts.Data}
 	defer extra.closeAll()
 	rep, err := precopy.Receive(ctx, data, in.landing.VGPU(),
-		precopy.Options{Log: in.log, Streams: streams.streams, NextStream: extra.next})
+		precopy.Options{Log: in.log, Streams: streams.streams, NextStream: extra.next, FrontEndArrived: frontEnd})
 	in.rep = rep
 	return err
 }

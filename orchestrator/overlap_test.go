@@ -229,3 +229,34 @@ func TestEarlyAttachFailureGivesUp(t *testing.T) {
 		t.Errorf("cleanup %q, want %q", got, cleanDiscarded)
 	}
 }
+
+// With a source that sends the front end first in its stop phase, an
+// early destination attaches while the pages still arrive: its verdict
+// (the first thing it writes on the data connection) is held until the
+// front end is restored, and the migration completes with the config
+// writes the vGPU would have given.
+func TestAttachBeforeVerdict(t *testing.T) {
+	e := newEnv(t, Timeouts{})
+	restored := make(chan struct{})
+	e.host().breaks.early = true
+	e.host().breaks.onRestored = func() { close(restored) }
+	e.net.add(&fault{side: atDest, kind: kindData, act: actPass, first: func() {
+		if err := waitFor(context.Background(), restored); err != nil {
+			t.Errorf("the front end was not restored before the verdict: %v", err)
+		}
+	}})
+	e.start()
+	rep, err := e.migrate(t, e.source(Timeouts{}))
+	if err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	a := e.waitArrival(t)
+	checkLive(t, e, liveDest)
+	sumTerms(t, rep)
+	if a.Times.ConfigWrites == 0 {
+		t.Error("no config writes replayed")
+	}
+	if got := rep.Term(TermLoad) + rep.Term(TermFrontEnd); got != 0 {
+		t.Errorf("the load and front-end terms are %v after an attach done before the verdict", got)
+	}
+}

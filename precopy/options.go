@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/gmig-dev/gmig/dirty"
+	"github.com/gmig-dev/gmig/internal/apilog"
 	"github.com/gmig-dev/gmig/precopy/stream"
 )
 
@@ -113,7 +114,15 @@ type Options struct {
 	// switchover may start beside the rest of the stop phase. It must not
 	// block.
 	Quiesced func()
-	Log      zerolog.Logger
+	// FrontEndArrived, for Receive, is called once, on the receiving
+	// goroutine, when the stop phase's front end has arrived: the guest's
+	// config writes (the FrontEnd section) and, before them on the main
+	// stream, every page of guest RAM the source's device wrote (nil:
+	// none). A source sends them first in its stop phase, so the caller
+	// may restore the VMM's front end while the pages still arrive
+	// (orchestrator's early attach). It must not block.
+	FrontEndArrived func(frontEnd []apilog.Entry, ram *GuestRAM)
+	Log             zerolog.Logger
 }
 
 // WriteLog is a log of the guest CPU's writes that the Source closes.

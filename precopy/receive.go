@@ -44,7 +44,8 @@ import (
 // it also bounds that wait.
 func Receive(ctx context.Context, conn io.Reader, v *vgpu.VGPU, opts Options) (Report, error) {
 	v.Quiesce()
-	d := &dest{conn: conn, v: v, log: opts.Log, nextStream: opts.NextStream, maxStreams: opts.Streams, released: opts.Released}
+	d := &dest{conn: conn, v: v, log: opts.Log, nextStream: opts.NextStream, maxStreams: opts.Streams, released: opts.Released,
+		frontEndArrived: opts.FrontEndArrived}
 	if d.maxStreams == 0 {
 		d.maxStreams = stream.MaxShards
 	}
@@ -121,6 +122,8 @@ var receiveWorkers = min(4, max(2, runtime.GOMAXPROCS(0)/2))
 type dest struct {
 	local    *localSink // device-local pages bound for the GPU; nil without
 	released func()     // Options.Released
+	// frontEndArrived is Options.FrontEndArrived.
+	frontEndArrived func([]apilog.Entry, *GuestRAM)
 	conn     io.Reader
 	verdict  io.Writer // nil: no verdict
 	v        *vgpu.VGPU
@@ -357,6 +360,13 @@ func (d *dest) section(sec stream.Section, st stream.Stats) error {
 			return fmt.Errorf("precopy: a second %v section", sec.Type)
 		}
 		*seen, *blob = true, sec.Blob
+		if sec.Type == stream.FrontEnd && d.stopped && d.frontEndArrived != nil {
+			entries, err := apilog.Decode(sec.Blob)
+			if err != nil {
+				return fmt.Errorf("precopy: FrontEnd section: %w", err)
+			}
+			d.frontEndArrived(entries, d.rep.GuestRAM) // the guest RAM came before it, on this stream
+		}
 	}
 	return nil
 }

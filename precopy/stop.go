@@ -11,20 +11,23 @@ import (
 )
 
 // Stop is the stop phase; the caller has paused the VM. It quiesces the
-// vGPU (the command in flight finishes; later doorbells wait), runs the
-// final dirty scan (stop-and-copy: every page) and sends the dirty pages
-// (device-local pages: exactly those the engine wrote, or those whose GPU
-// hash changed, hashed beside the scan and read in chunks: local_stop.go)
-// straight from the frozen memory — pipelined: the pages of each scanned
-// chunk go out while the workers scan the next, with the hashes the scan
-// computed (scanAndSend; Options.SerialStop scans everything first), on
-// every stream AddStreams gave it — then, on the main stream, DeviceState (vgpu.State without
-// what the API log carries), APILog (kernel objects, fence, interrupt
-// state), FrontEnd (the guest's config writes), a summary Meta and End,
-// and waits for the destination's verdict (not with NoVerdict: the
-// report then lacks the destination's restore and replay times). On
-// success the source vGPU stays quiesced and the Report has every term of
-// the downtime; on error the caller calls Rollback.
+// vGPU (the command in flight finishes; later doorbells wait), sends on
+// the main stream what the destination attaches its VM with — GuestRAM
+// (the guest RAM the device wrote), DeviceState (vgpu.State without what
+// the API log carries), APILog (kernel objects, fence, interrupt state),
+// FrontEnd (the guest's config writes), all final once the device is
+// quiesced — then runs the final dirty scan (stop-and-copy: every page)
+// and sends the dirty pages (device-local pages: exactly those the engine
+// wrote, or those whose GPU hash changed, hashed beside the scan and read
+// in chunks: local_stop.go) straight from the frozen memory — pipelined:
+// the pages of each scanned chunk go out while the workers scan the next,
+// with the hashes the scan computed (scanAndSend; Options.SerialStop
+// scans everything first), on every stream AddStreams gave it — then a
+// summary Meta and End on the main stream, and waits for the
+// destination's verdict (not with NoVerdict: the report then lacks the
+// destination's restore and replay times). On success the source vGPU
+// stays quiesced and the Report has every term of the downtime; on error
+// the caller calls Rollback.
 func (s *Source) Stop(ctx context.Context) (Report, error) {
 	if err := s.enter("Stop", false); err != nil {
 		return Report{}, err
@@ -84,6 +87,22 @@ func (s *Source) stop(ctx context.Context, rep *Report) error {
 		s.opts.Quiesced()
 	}
 
+	// What the destination needs to attach the vGPU to its VM — the guest
+	// RAM the device wrote, the device state and logs, the front end's
+	// config writes — goes first: all of it is final once the device is
+	// quiesced, and the destination may restore its VMM's front end while
+	// the pages still come (Options.FrontEndArrived).
+	t = time.Now()
+	n, err := s.sendGuestRAM()
+	if err != nil {
+		return err
+	}
+	rep.Stop.GuestRAMPages = n
+	if err := s.sendState(rep); err != nil {
+		return err
+	}
+	stateSent := time.Since(t)
+
 	t = time.Now()
 	// The GPU hashes device-local memory while the CPU scans the
 	// aperture (local_stop.go); with several streams the changed local
@@ -115,15 +134,7 @@ func (s *Source) stop(ctx context.Context, rep *Report) error {
 	if err := s.sendLocalStop(ctx, rep, ls, spreadLocal); err != nil {
 		return err
 	}
-	n, err := s.sendGuestRAM()
-	if err != nil {
-		return err
-	}
-	rep.Stop.GuestRAMPages = n
-	if err := s.sendState(rep); err != nil {
-		return err
-	}
-	rep.Stop.Transfer = time.Since(t)
+	rep.Stop.Transfer = stateSent + time.Since(t)
 	rep.Stop.Bytes = s.w.Stats().Bytes - before.Bytes + s.shardBytes.Load()
 	if err := writeMeta(s.w, meta{Phase: phaseSummary, Report: rep}); err != nil {
 		return err
@@ -131,7 +142,7 @@ func (s *Source) stop(ctx context.Context, rep *Report) error {
 	if err := s.w.Close(); err != nil {
 		return err
 	}
-	rep.Stop.Transfer = time.Since(t)
+	rep.Stop.Transfer = stateSent + time.Since(t)
 	rep.Stop.Bytes = s.w.Stats().Bytes - before.Bytes + s.shardBytes.Load()
 	if s.opts.NoVerdict {
 		rep.Stop.Total = time.Since(t0)
