@@ -124,10 +124,10 @@ type dest struct {
 	released func()     // Options.Released
 	// frontEndArrived is Options.FrontEndArrived.
 	frontEndArrived func([]apilog.Entry, *GuestRAM)
-	conn     io.Reader
-	verdict  io.Writer // nil: no verdict
-	v        *vgpu.VGPU
-	log      zerolog.Logger
+	conn            io.Reader
+	verdict         io.Writer // nil: no verdict
+	v               *vgpu.VGPU
+	log             zerolog.Logger
 
 	nextStream func(context.Context) (io.Reader, error) // Options.NextStream
 	maxStreams int
