@@ -20,14 +20,15 @@
 //	  (N: at most ready.streams; streams.go)
 //	SourceVM.Migrate(incoming): the VMM's own pre-copy (the VM runs)
 //	SourceVM.WaitPaused: the VMM paused the VM        ← downtime starts
-//	  stop phase: quiesce, final scan, dirty pages (on all N streams),
-//	  state, API log; SourceVM.Switchover starts at the quiesce and runs
-//	  beside the rest (switchover.go)
-//	                                    ←    verdict (the vGPU is restored,
-//	                                         still quiesced, not live); an
-//	                                         EarlyAttacher VM is attached now:
+//	  stop phase: quiesce, guest RAM, state, API log, front end, then
+//	  final scan, dirty pages (on all N streams); SourceVM.Switchover
+//	  starts at the quiesce and runs beside the rest (switchover.go)
+//	                                         an EarlyAttacher VM is attached
+//	                                         once the front end arrived:
 //	                                         DestVM.WaitLoaded, device-written
 //	                                         guest RAM, RestoreFrontEnd (attach.go)
+//	                                    ←    verdict (the vGPU is restored,
+//	                                         still quiesced, not live)
 //	the switchover completed, the verdict in
 //	decision{commit}                     →   the attach ends (or runs now, for a
 //	                                         VM attached after the commit), the
