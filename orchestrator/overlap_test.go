@@ -127,25 +127,11 @@ func TestAttachBeforeOrAfterCommit(t *testing.T) {
 	for _, early := range []bool{true, false} {
 		name := map[bool]string{true: "early", false: "after the commit"}[early]
 		t.Run(name, func(t *testing.T) {
-			e := newEnv(t, Timeouts{})
-			restored := make(chan struct{})
-			e.host().breaks.early = early
-			e.host().breaks.onRestored = func() { close(restored) }
+			var hold *fault
 			if early {
-				e.net.add(&fault{side: atSource, kind: kindMigrate, when: isCommit, act: actPass, first: func() {
-					if err := waitFor(context.Background(), restored); err != nil {
-						t.Errorf("the early front end was not restored before the commit: %v", err)
-					}
-				}})
+				hold = &fault{side: atSource, kind: kindMigrate, when: isCommit, act: actPass}
 			}
-			e.start()
-			rep, err := e.migrate(t, e.source(Timeouts{}))
-			if err != nil {
-				t.Fatalf("Migrate: %v", err)
-			}
-			a := e.waitArrival(t)
-			checkLive(t, e, liveDest)
-			sumTerms(t, rep)
+			e, rep, a := migrateHeldForFrontEnd(t, early, hold, "the commit")
 			l := e.host().Landings()[0]
 			fe, _ := l.vm.first("RestoreFrontEnd")
 			wl, _ := l.vm.first("WaitLoaded")
@@ -236,15 +222,35 @@ func TestEarlyAttachFailureGivesUp(t *testing.T) {
 // front end is restored, and the migration completes with the config
 // writes the vGPU would have given.
 func TestAttachBeforeVerdict(t *testing.T) {
+	_, rep, a := migrateHeldForFrontEnd(t, true, &fault{side: atDest, kind: kindData, act: actPass}, "the verdict")
+	if a.Times.ConfigWrites == 0 {
+		t.Error("no config writes replayed")
+	}
+	if got := rep.Term(TermLoad) + rep.Term(TermFrontEnd); got != 0 {
+		t.Errorf("the load and front-end terms are %v after an attach done before the verdict", got)
+	}
+}
+
+// migrateHeldForFrontEnd migrates on a new env whose destination VMs
+// attach early or not; hold, if set, is planned with a cue that waits
+// until the destination's front end is restored (what it is held for, for
+// the message), so the migration passes it only if that came first. It
+// returns the env, the report and the arrival, the VM live at the
+// destination and the terms summed.
+func migrateHeldForFrontEnd(t *testing.T, early bool, hold *fault, what string) (*env, Report, Arrival) {
+	t.Helper()
 	e := newEnv(t, Timeouts{})
 	restored := make(chan struct{})
-	e.host().breaks.early = true
+	e.host().breaks.early = early
 	e.host().breaks.onRestored = func() { close(restored) }
-	e.net.add(&fault{side: atDest, kind: kindData, act: actPass, first: func() {
-		if err := waitFor(context.Background(), restored); err != nil {
-			t.Errorf("the front end was not restored before the verdict: %v", err)
+	if hold != nil {
+		hold.first = func() {
+			if err := waitFor(context.Background(), restored); err != nil {
+				t.Errorf("the front end was not restored before %s: %v", what, err)
+			}
 		}
-	}})
+		e.net.add(hold)
+	}
 	e.start()
 	rep, err := e.migrate(t, e.source(Timeouts{}))
 	if err != nil {
@@ -253,10 +259,5 @@ func TestAttachBeforeVerdict(t *testing.T) {
 	a := e.waitArrival(t)
 	checkLive(t, e, liveDest)
 	sumTerms(t, rep)
-	if a.Times.ConfigWrites == 0 {
-		t.Error("no config writes replayed")
-	}
-	if got := rep.Term(TermLoad) + rep.Term(TermFrontEnd); got != 0 {
-		t.Errorf("the load and front-end terms are %v after an attach done before the verdict", got)
-	}
+	return e, rep, a
 }
