@@ -76,8 +76,7 @@ func (in *arriving) attachEarly(ctx context.Context) *attaching {
 	if !in.attachableEarly() {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, in.d.opts.Timeouts.Decision)
-	return in.startAttach(ctx, cancel, time.Now(), true)
+	return in.startEarly(ctx, nil)
 }
 
 // attachableEarly reports whether the VM may be attached before the
@@ -96,26 +95,35 @@ func (in *arriving) attachOnFrontEnd(ctx context.Context) func([]apilog.Entry, *
 		return nil
 	}
 	return func(writes []apilog.Entry, ram *precopy.GuestRAM) {
-		if in.att != nil {
-			return
+		if in.att == nil {
+			in.att = in.startEarly(ctx, func(a *attaching) { a.given, a.writes, a.ram = true, writes, ram })
 		}
-		actx, cancel := context.WithTimeout(ctx, in.d.opts.Timeouts.Decision)
-		a := &attaching{early: true, cancel: cancel, done: make(chan struct{}), failed: make(chan error, 1),
-			start: time.Now(), given: true, ram: ram, writes: writes}
-		in.att = a
-		a.begin(actx, in)
 	}
+}
+
+// startEarly starts an attach before the decision, bounded by ctx and the
+// decision timeout; given, if set, fills in what came with the front end
+// before it starts.
+func (in *arriving) startEarly(ctx context.Context, given func(*attaching)) *attaching {
+	ctx, cancel := context.WithTimeout(ctx, in.d.opts.Timeouts.Decision)
+	a := newAttaching(cancel, time.Now(), true)
+	if given != nil {
+		given(a)
+	}
+	a.begin(ctx, in)
+	return a
 }
 
 // attach starts the attach after the commit (received at start).
 func (in *arriving) attach(ctx context.Context, start time.Time) *attaching {
-	return in.startAttach(ctx, func() {}, start, false)
-}
-
-func (in *arriving) startAttach(ctx context.Context, cancel context.CancelFunc, start time.Time, early bool) *attaching {
-	a := &attaching{early: early, cancel: cancel, done: make(chan struct{}), failed: make(chan error, 1), start: start}
+	a := newAttaching(func() {}, start, false)
 	a.begin(ctx, in)
 	return a
+}
+
+// newAttaching is an attach not yet begun; cancel ends its context.
+func newAttaching(cancel context.CancelFunc, start time.Time, early bool) *attaching {
+	return &attaching{early: early, cancel: cancel, done: make(chan struct{}), failed: make(chan error, 1), start: start}
 }
 
 // begin runs the attach on a goroutine of its own.
