@@ -142,6 +142,7 @@ type dest struct {
 	endProfile              func()    // ends the stop phase's profile (StopProfileEnv); nil before the stop
 	stopped                 bool
 	state, devLog, frontEnd []byte
+	frontEndEntries         []apilog.Entry // frontEnd decoded, once decoded (FrontEndArrived)
 	sawDevLog, sawFrontEnd  bool
 	summary                 *Report
 }
@@ -365,6 +366,7 @@ func (d *dest) section(sec stream.Section, st stream.Stats) error {
 			if err != nil {
 				return fmt.Errorf("precopy: FrontEnd section: %w", err)
 			}
+			d.frontEndEntries = entries
 			d.frontEndArrived(entries, d.rep.GuestRAM) // the guest RAM came before it, on this stream
 		}
 	}
@@ -399,7 +401,10 @@ func (d *dest) restore() error {
 	if m.Device, err = apilog.Decode(d.devLog); err != nil {
 		return fmt.Errorf("precopy: APILog section: %w", err)
 	}
-	if m.FrontEnd, err = apilog.Decode(d.frontEnd); err != nil {
+	if m.FrontEnd = d.frontEndEntries; m.FrontEnd == nil {
+		m.FrontEnd, err = apilog.Decode(d.frontEnd)
+	}
+	if err != nil {
 		return fmt.Errorf("precopy: FrontEnd section: %w", err)
 	}
 	if err := vgpu.ApplyLog(&m.State, m.Device); err != nil {
